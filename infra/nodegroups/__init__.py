@@ -1,0 +1,1 @@
+"""Managed node groups: the system group here, GPU/EFA groups alongside."""

@@ -1,0 +1,76 @@
+"""Subnet address arithmetic: does each private subnet hold the nodes and pods planned for it?
+
+The VPC CNI (secondary-IP mode, the EKS default with WARM_ENI_TARGET=1) gives every pod a
+VPC address and attaches whole ENIs to a node, each ENI taking `ipv4_per_interface`
+addresses at once. So a node can hold at most
+
+    ENIs in use = ceil(max_pods / (ipv4_per_interface - 1)) + 1 warm ENI
+    addresses   = min(ENIs in use, max_network_interfaces) * ipv4_per_interface
+
+where max_pods is what EKS's AL2023 bootstrap computes: ENIs * (IPs per ENI - 1) + 2,
+capped at 110 for up to 30 vCPUs and at 250 above. EFA-only interfaces take no address;
+a plain `efa` interface is one of the ENIs counted above.
+
+Per environment, the GPU zone carries every GPU node (EFA keeps them in one AZ) plus,
+worst case, every system node; each group may surge by one node during a rolling update.
+Each subnet also loses 5 addresses to AWS, up to 4 to EKS control-plane ENIs (AWS asks
+for at least 16 free), one per interface endpoint, and a few for the kubectl Lambda.
+
+Worked figures (from infra/spec/instances.py):
+    m7i.xlarge   max_pods 58   -> 4 ENIs x 15 =  60 addresses per node
+    g6.12xlarge  max_pods 234  -> 8 ENIs x 30 = 240 addresses per node
+    p5.48xlarge  max_pods 250  -> 7 ENIs x 50 = 350 addresses per node
+    prod GPU AZ: 9 x p5 (3,150) + 5 x g6 (1,200) + 5 x m7i (300) + overhead (34) = 4,684
+A /20 (4,096) is too small for prod; the /18 default (16,384) leaves room for 3x growth.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from infra.spec.errors import ConfigError
+from infra.spec.instances import InstanceType
+
+if TYPE_CHECKING:
+    from infra.spec.environments import Environment
+
+AWS_RESERVED_PER_SUBNET = 5
+EKS_CONTROL_PLANE_ADDRESSES = 16
+INTERFACE_ENDPOINTS = 5  # ecr.api, ecr.dkr, sts, logs, ec2 (infra/network.py)
+KUBECTL_LAMBDA_ADDRESSES = 8
+ROLLING_UPDATE_SURGE = 1
+
+
+def max_pods(spec: InstanceType) -> int:
+    by_eni = spec.max_network_interfaces * (spec.ipv4_per_interface - 1) + 2
+    return min(by_eni, 110 if spec.vcpus <= 30 else 250)
+
+
+def addresses_per_node(spec: InstanceType) -> int:
+    enis = math.ceil(max_pods(spec) / (spec.ipv4_per_interface - 1)) + 1
+    return min(enis, spec.max_network_interfaces) * spec.ipv4_per_interface
+
+
+def subnet_overhead() -> int:
+    return AWS_RESERVED_PER_SUBNET + EKS_CONTROL_PLANE_ADDRESSES + INTERFACE_ENDPOINTS + KUBECTL_LAMBDA_ADDRESSES
+
+
+def gpu_zone_demand(env: Environment) -> int:
+    """Addresses the GPU zone's private subnet must hold in the worst case."""
+    nodes = [(g.instance, g.scaling.max_size + ROLLING_UPDATE_SURGE) for g in env.gpu_node_groups]
+    nodes.append((env.system_nodes.instance, env.system_nodes.scaling.max_size + ROLLING_UPDATE_SURGE))
+    return sum(addresses_per_node(spec) * count for spec, count in nodes) + subnet_overhead()
+
+
+def check_address_budget(env: Environment) -> None:
+    capacity = 2 ** (32 - env.network.private_subnet_prefix)
+    demand = gpu_zone_demand(env)
+    if demand > capacity:
+        raise ConfigError(
+            "network.private_subnet_prefix",
+            env.network.private_subnet_prefix,
+            f"a subnet of at least {demand} addresses for environment {env.name!r} "
+            f"(its GPU zone's nodes at max size plus surge; /{env.network.private_subnet_prefix} has {capacity})",
+            "use a shorter prefix (e.g. /18) or lower the node groups' max_size",
+        )

@@ -1,0 +1,365 @@
+"""Environments as typed, validated data. The only place sizes, CIDRs and AZs are declared.
+
+Availability-zone names are committed here rather than looked up so that synth is
+deterministic and needs no credentials. AZ names map to different physical zones in
+each AWS account: set `gpu_availability_zone` to the zone that holds your GPU
+capacity (reservation or Capacity Block) in your account.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+
+from infra.spec.errors import ConfigError
+from infra.spec.instances import InstanceType, instance_type
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
+
+_DNS_LABEL = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+_ACCOUNT = re.compile(r"^\d{12}$")
+_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+_ROLE_NAME = re.compile(r"^[\w+=,.@-]{1,64}$")
+_PRINCIPAL_ARN = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scaling:
+    """Node-group bounds; min <= desired <= max, as EKS managed node groups require."""
+
+    min_size: int
+    desired_size: int
+    max_size: int
+
+    def __post_init__(self) -> None:
+        if self.min_size < 0:
+            raise ConfigError("min_size", self.min_size, ">= 0")
+        if self.max_size < 1:
+            raise ConfigError("max_size", self.max_size, ">= 1")
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise ConfigError(
+                "desired_size",
+                self.desired_size,
+                f"min_size ({self.min_size}) <= desired_size <= max_size ({self.max_size})",
+                "order the three sizes as min <= desired <= max",
+            )
+
+
+class EndpointAccess(Enum):
+    PRIVATE = "private"
+    PUBLIC_AND_PRIVATE = "public-and-private"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkConfig:
+    cidr: str
+    availability_zones: tuple[str, ...]
+    nat_gateways: int
+    # /18 = 16,384 addresses per AZ; infra/spec/addressing.py checks it against the nodes.
+    private_subnet_prefix: int = 18
+    # Public subnets hold only the NAT gateways.
+    public_subnet_prefix: int = 26
+    flow_log_retention_days: int = 30
+
+    def __post_init__(self) -> None:
+        try:
+            net = ipaddress.IPv4Network(self.cidr, strict=True)
+        except ValueError as exc:
+            raise ConfigError(
+                "network.cidr", self.cidr, "an IPv4 network in CIDR form, /16 to /24, e.g. 10.10.0.0/16", str(exc)
+            ) from None
+        if not 16 <= net.prefixlen <= 24:
+            raise ConfigError("network.cidr", self.cidr, "a prefix length from /16 to /24 (the VPC limits)")
+        if not net.is_private:
+            raise ConfigError("network.cidr", self.cidr, "a private range (10/8, 172.16/12, 192.168/16, 100.64/10)")
+        if len(self.availability_zones) < 2:
+            raise ConfigError(
+                "network.availability_zones",
+                self.availability_zones,
+                "at least 2 zones (EKS needs control-plane subnets in two AZs)",
+            )
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            raise ConfigError("network.availability_zones", self.availability_zones, "distinct zone names")
+        if not 1 <= self.nat_gateways <= len(self.availability_zones):
+            raise ConfigError(
+                "network.nat_gateways",
+                self.nat_gateways,
+                f"1 to {len(self.availability_zones)} (one per availability zone at most)",
+                "use 1 for a cheap environment or one per AZ for zone-independent egress",
+            )
+        for name, prefix in (
+            ("network.private_subnet_prefix", self.private_subnet_prefix),
+            ("network.public_subnet_prefix", self.public_subnet_prefix),
+        ):
+            if not net.prefixlen < prefix <= 28:
+                raise ConfigError(name, prefix, f"a prefix longer than the VPC's /{net.prefixlen} and at most /28")
+        needed = len(self.availability_zones) * (
+            2 ** (32 - self.private_subnet_prefix) + 2 ** (32 - self.public_subnet_prefix)
+        )
+        if needed > net.num_addresses:
+            raise ConfigError(
+                "network.private_subnet_prefix",
+                self.private_subnet_prefix,
+                f"subnets that fit the VPC: {len(self.availability_zones)} AZs x (private + public) need "
+                f"{needed} addresses but {self.cidr} has {net.num_addresses}",
+                "use a larger VPC CIDR or longer subnet prefixes",
+            )
+        if self.flow_log_retention_days not in LOG_RETENTION_DAYS:
+            raise ConfigError(
+                "network.flow_log_retention_days",
+                self.flow_log_retention_days,
+                ", ".join(map(str, LOG_RETENTION_DAYS)),
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    name: str
+    endpoint_access: EndpointAccess = EndpointAccess.PRIVATE
+    # Only with PUBLIC_AND_PRIVATE: who may reach the public endpoint.
+    public_access_cidrs: tuple[str, ...] = ()
+    # IAM role names (in the deploying account) or full role/user ARNs; never a wildcard.
+    admin_principals: tuple[str, ...] = ()
+    control_plane_log_retention_days: int = 90
+
+    def __post_init__(self) -> None:
+        if not _DNS_LABEL.match(self.name):
+            raise ConfigError("cluster.name", self.name, "lower-case letters, digits and '-', 1-32 chars")
+        if self.endpoint_access is EndpointAccess.PRIVATE and self.public_access_cidrs:
+            raise ConfigError(
+                "cluster.public_access_cidrs",
+                self.public_access_cidrs,
+                "empty while endpoint_access is PRIVATE",
+                "set endpoint_access=EndpointAccess.PUBLIC_AND_PRIVATE to open the public endpoint",
+            )
+        if self.endpoint_access is EndpointAccess.PUBLIC_AND_PRIVATE and not self.public_access_cidrs:
+            raise ConfigError(
+                "cluster.public_access_cidrs",
+                self.public_access_cidrs,
+                "at least one CIDR when the public endpoint is on",
+                "list the office or VPN ranges allowed to reach the API server",
+            )
+        for cidr in self.public_access_cidrs:
+            try:
+                net = ipaddress.ip_network(cidr, strict=True)
+            except ValueError:
+                raise ConfigError("cluster.public_access_cidrs", cidr, "CIDR blocks such as 203.0.113.0/24") from None
+            if net.prefixlen == 0:
+                raise ConfigError(
+                    "cluster.public_access_cidrs",
+                    cidr,
+                    "specific ranges; an open API endpoint is refused",
+                    "list the office or VPN ranges instead",
+                )
+        if not self.admin_principals:
+            raise ConfigError(
+                "cluster.admin_principals", self.admin_principals, "at least one IAM role name or role/user ARN"
+            )
+        for principal in self.admin_principals:
+            if "*" in principal or not (_ROLE_NAME.match(principal) or _PRINCIPAL_ARN.match(principal)):
+                raise ConfigError(
+                    "cluster.admin_principals",
+                    principal,
+                    "an IAM role name (e.g. PlatformAdmin) or arn:aws:iam::<account>:role/<name>; no wildcards",
+                )
+        if self.control_plane_log_retention_days not in LOG_RETENTION_DAYS:
+            raise ConfigError(
+                "cluster.control_plane_log_retention_days",
+                self.control_plane_log_retention_days,
+                ", ".join(map(str, LOG_RETENTION_DAYS)),
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemNodeGroupConfig:
+    """The m7i nodes that run the KubeRay operator, the Ray head and cluster add-ons."""
+
+    scaling: Scaling
+    instance_type: str = "m7i.xlarge"
+    disk_size_gib: int = 100
+
+    def __post_init__(self) -> None:
+        spec = instance_type(self.instance_type, field="system_nodes.instance_type")
+        if spec.gpu is not None:
+            raise ConfigError(
+                "system_nodes.instance_type",
+                self.instance_type,
+                "a type without GPUs (the system group runs operators and the Ray head)",
+            )
+        if not 20 <= self.disk_size_gib <= 16384:
+            raise ConfigError("system_nodes.disk_size_gib", self.disk_size_gib, "20 to 16384 GiB")
+
+    @property
+    def instance(self) -> InstanceType:
+        return instance_type(self.instance_type)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuNodeGroupConfig:
+    """A GPU node group with EFA. The construct that builds it reads only this and the instance facts."""
+
+    name: str
+    instance_type: str
+    scaling: Scaling
+
+    def __post_init__(self) -> None:
+        if not _DNS_LABEL.match(self.name):
+            raise ConfigError("gpu_node_groups.name", self.name, "lower-case letters, digits and '-', 1-32 chars")
+        spec = instance_type(self.instance_type, field=f"gpu_node_groups[{self.name}].instance_type")
+        if spec.gpu is None or spec.efa is None:
+            raise ConfigError(
+                f"gpu_node_groups[{self.name}].instance_type",
+                self.instance_type,
+                sorted(t for t, s in _gpu_efa_types().items()),
+                "GPU groups need an instance type with GPUs and EFA",
+            )
+
+    @property
+    def instance(self) -> InstanceType:
+        return instance_type(self.instance_type)
+
+
+def _gpu_efa_types() -> dict[str, InstanceType]:
+    from infra.spec.instances import INSTANCE_TYPES
+
+    return {n: s for n, s in INSTANCE_TYPES.items() if s.gpu is not None and s.efa is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Environment:
+    name: str
+    region: str
+    network: NetworkConfig
+    cluster: ClusterConfig
+    system_nodes: SystemNodeGroupConfig
+    # EFA traffic cannot cross AZs: every GPU group of the environment lives in this one zone.
+    gpu_availability_zone: str
+    gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = ()
+    # Filled by app.py from context or CDK_DEFAULT_ACCOUNT; None keeps the stack account-agnostic.
+    account: str | None = None
+    tags: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not _DNS_LABEL.match(self.name):
+            raise ConfigError("environment.name", self.name, "lower-case letters, digits and '-'")
+        if not _REGION.match(self.region):
+            raise ConfigError("region", self.region, "an AWS region name such as us-west-2")
+        if self.account is not None and not _ACCOUNT.match(self.account):
+            raise ConfigError("account", self.account, "a 12-digit AWS account id")
+        for az in self.network.availability_zones:
+            if not (az.startswith(self.region) and len(az) == len(self.region) + 1):
+                raise ConfigError(
+                    "network.availability_zones",
+                    az,
+                    f"zones of region {self.region} ({self.region}a, {self.region}b, ...)",
+                )
+        if self.gpu_availability_zone not in self.network.availability_zones:
+            raise ConfigError(
+                "gpu_availability_zone",
+                self.gpu_availability_zone,
+                self.network.availability_zones,
+                "pick one of the VPC's zones (the one holding your GPU capacity)",
+            )
+        names = [g.name for g in self.gpu_node_groups]
+        if len(set(names)) != len(names):
+            raise ConfigError("gpu_node_groups.name", names, "distinct group names")
+        # Imported here: addressing reads Environment, so it cannot be imported at module top.
+        from infra.spec.addressing import check_address_budget
+
+        check_address_budget(self)
+
+
+def _dev() -> Environment:
+    return Environment(
+        name="dev",
+        region="us-west-2",
+        network=NetworkConfig(
+            cidr="10.10.0.0/16",
+            availability_zones=("us-west-2a", "us-west-2b"),
+            nat_gateways=1,
+            flow_log_retention_days=30,
+        ),
+        cluster=ClusterConfig(
+            name="ml-dev",
+            admin_principals=("PlatformAdmin",),
+            control_plane_log_retention_days=30,
+        ),
+        system_nodes=SystemNodeGroupConfig(scaling=Scaling(min_size=2, desired_size=2, max_size=3)),
+        gpu_availability_zone="us-west-2a",
+        # The Ray Train fine-tune scale: 2 x g6.12xlarge = 8 L4 GPUs.
+        gpu_node_groups=(
+            GpuNodeGroupConfig(
+                name="g6", instance_type="g6.12xlarge", scaling=Scaling(min_size=0, desired_size=2, max_size=2)
+            ),
+        ),
+    )
+
+
+def _prod() -> Environment:
+    return Environment(
+        name="prod",
+        region="us-east-2",
+        network=NetworkConfig(
+            cidr="10.20.0.0/16",
+            availability_zones=("us-east-2a", "us-east-2b", "us-east-2c"),
+            nat_gateways=3,
+            flow_log_retention_days=365,
+        ),
+        cluster=ClusterConfig(
+            name="ml-prod",
+            admin_principals=("PlatformAdmin",),
+            control_plane_log_retention_days=365,
+        ),
+        system_nodes=SystemNodeGroupConfig(scaling=Scaling(min_size=2, desired_size=3, max_size=4)),
+        gpu_availability_zone="us-east-2a",
+        gpu_node_groups=(
+            GpuNodeGroupConfig(
+                name="p5", instance_type="p5.48xlarge", scaling=Scaling(min_size=0, desired_size=2, max_size=8)
+            ),
+            GpuNodeGroupConfig(
+                name="g6", instance_type="g6.12xlarge", scaling=Scaling(min_size=0, desired_size=2, max_size=4)
+            ),
+        ),
+    )
+
+
+ENVIRONMENTS: MappingProxyType[str, Environment] = MappingProxyType({e.name: e for e in (_dev(), _prod())})
+
+
+def get_environment(name: str) -> Environment:
+    try:
+        return ENVIRONMENTS[name]
+    except KeyError:
+        raise ConfigError(
+            "env",
+            name,
+            ENVIRONMENTS,
+            "pass -c env=<name> with a listed name, or declare it in infra/spec/environments.py",
+        ) from None

@@ -1,0 +1,54 @@
+"""Kubernetes namespaces the platform owns, with their Pod Security Standards levels.
+
+Both sides read this: the cdk8s namespace chart emits them, and CDK add-ons and
+workload charts refer to them by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.spec.errors import ConfigError
+
+PSS_LEVELS = ("privileged", "baseline", "restricted")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamespaceSpec:
+    name: str
+    purpose: str
+    # What the API server rejects.
+    enforce: str
+    # What it reports (kubectl warnings, audit annotations) without rejecting.
+    warn: str
+
+    def __post_init__(self) -> None:
+        for field, level in (("enforce", self.enforce), ("warn", self.warn)):
+            if level not in PSS_LEVELS:
+                raise ConfigError(f"namespaces[{self.name}].{field}", level, PSS_LEVELS)
+        if PSS_LEVELS.index(self.warn) < PSS_LEVELS.index(self.enforce):
+            raise ConfigError(
+                f"namespaces[{self.name}].warn",
+                self.warn,
+                f"a level at least as strict as enforce ({self.enforce})",
+            )
+
+
+RAY = NamespaceSpec(
+    name="ray",
+    purpose="RayCluster and RayJob for the Ray Train fine-tune",
+    enforce="baseline",
+    warn="restricted",
+)
+
+# PyTorch/NVRx jobs and fabric checks add IPC_LOCK (EFA registers pinned memory with
+# the device), which Baseline does not allow; Privileged is enforced here, and
+# everything beyond Baseline is still reported as a warning and in the audit log.
+TRAINING = NamespaceSpec(
+    name="training",
+    purpose="PyTorch FSDP jobs with NVRx, fabric checks",
+    enforce="privileged",
+    warn="baseline",
+)
+
+TRAINING_NAMESPACES: tuple[NamespaceSpec, ...] = (RAY, TRAINING)

@@ -1,0 +1,72 @@
+"""Synth and test-suite timings: medians of several runs, with ratios (make bench).
+
+Shared machines are noisy, so every figure is the median of --runs runs, and the
+ratios (environment vs environment, synth vs tests) are what to compare across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "CDK_DISABLE_VERSION_CHECK": "true", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    argv: tuple[str, ...]
+
+
+def run_once(argv: tuple[str, ...], outdir: Path) -> float:
+    argv = tuple(a.replace("{out}", str(outdir)) for a in argv)
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=ROOT, env=ENV, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def measure(case: Case, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            times.append(run_once(case.argv, Path(tmp)))
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5, help="runs per synth case (median reported)")
+    parser.add_argument("--test-runs", type=int, default=3, help="runs of the whole test suite")
+    args = parser.parse_args()
+
+    app = f"{sys.executable} app.py"
+    cases = [
+        Case("cdk synth -c env=dev", ("cdk", "synth", "--quiet", "-c", "env=dev", "-o", "{out}", "--app", app)),
+        Case("cdk synth -c env=prod", ("cdk", "synth", "--quiet", "-c", "env=prod", "-o", "{out}", "--app", app)),
+        Case("cdk synth (all)", ("cdk", "synth", "--quiet", "-o", "{out}", "--app", app)),
+        Case("cdk8s synth (all)", ("env", "CDK8S_CHECK_UPGRADE=false", "cdk8s", "synth", "-o", "{out}")),
+    ]
+    results = {case.name: measure(case, args.runs) for case in cases}
+    results["pytest (whole suite)"] = measure(
+        Case("pytest", (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")), args.test_runs
+    )
+
+    base = statistics.median(results["cdk synth -c env=dev"])
+    print(f"{'what':<24} {'runs':>4} {'median s':>9} {'min s':>7} {'max s':>7} {'vs dev synth':>12}")
+    for name, times in results.items():
+        median = statistics.median(times)
+        spread = f"{min(times):>7.2f} {max(times):>7.2f}"
+        print(f"{name:<24} {len(times):>4} {median:>9.2f} {spread} {median / base:>11.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

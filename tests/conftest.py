@@ -1,0 +1,45 @@
+"""Shared fixtures: the app is synthesized once per session and every test reads from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Template
+
+from app import create_app
+from infra.stage import PlatformStage
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cdk_json_context() -> dict[str, Any]:
+    """The feature flags of cdk.json, so tests synthesize exactly what `cdk synth` does."""
+    context: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
+    return context
+
+
+@pytest.fixture(scope="session")
+def stages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PlatformStage]:
+    app, built = create_app(context=cdk_json_context(), environ={}, outdir=str(tmp_path_factory.mktemp("cdk.out")))
+    app.synth()
+    return {stage.environment.name: stage for stage in built}
+
+
+@pytest.fixture(scope="session")
+def templates(stages: dict[str, PlatformStage]) -> dict[str, Template]:
+    return {name: Template.from_stack(stage.stack) for name, stage in stages.items()}
+
+
+@pytest.fixture(scope="session")
+def resources(templates: dict[str, Template]) -> dict[str, dict[str, Any]]:
+    """Raw template JSON per environment, for assertions that walk it."""
+    return {name: dict(template.to_json()) for name, template in templates.items()}
+
+
+@pytest.fixture(params=["dev", "prod"])
+def env_name(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name

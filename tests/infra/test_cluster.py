@@ -1,0 +1,166 @@
+"""The EKS control plane: version, private endpoint, logging, encryption, access, add-ons."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk.assertions import Template
+
+from infra.cluster import ADDONS_BEFORE_NODES, CLUSTER_ADMIN_POLICY
+from infra.spec import ENVIRONMENTS, ClusterConfig, EndpointAccess
+from infra.spec.versions import KUBERNETES_VERSION, MANAGED_ADDONS
+from infra.stage import PlatformStage
+from tests.conftest import cdk_json_context
+from tests.helpers import of_type, only
+
+
+def _cluster(resources: dict[str, Any], env_name: str) -> dict[str, Any]:
+    return only(resources[env_name], "AWS::EKS::Cluster")[1]["Properties"]
+
+
+def test_version_and_name(resources: dict[str, Any], env_name: str) -> None:
+    props = _cluster(resources, env_name)
+    assert props["Version"] == KUBERNETES_VERSION
+    assert props["Name"] == ENVIRONMENTS[env_name].cluster.name
+
+
+def test_endpoint_private_by_default(resources: dict[str, Any], env_name: str) -> None:
+    vpc_config = _cluster(resources, env_name)["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPrivateAccess"] is True
+    assert vpc_config["EndpointPublicAccess"] is False
+    assert "PublicAccessCidrs" not in vpc_config
+
+
+def test_control_plane_enis_in_private_subnets(resources: dict[str, Any], env_name: str) -> None:
+    template = resources[env_name]
+    private = {
+        k
+        for k, v in of_type(template, "AWS::EC2::Subnet").items()
+        if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in v["Properties"]["Tags"]
+    }
+    subnet_refs = {ref["Ref"] for ref in _cluster(resources, env_name)["ResourcesVpcConfig"]["SubnetIds"]}
+    assert subnet_refs == private
+
+
+def test_all_five_control_plane_log_types(resources: dict[str, Any], env_name: str) -> None:
+    enabled = _cluster(resources, env_name)["Logging"]["ClusterLogging"]["EnabledTypes"]
+    assert sorted(t["Type"] for t in enabled) == sorted(
+        ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    )
+
+
+def test_control_plane_log_group_precreated_with_retention(templates: dict[str, Template], env_name: str) -> None:
+    config = ENVIRONMENTS[env_name].cluster
+    templates[env_name].has_resource_properties(
+        "AWS::Logs::LogGroup",
+        {"LogGroupName": f"/aws/eks/{config.name}/cluster", "RetentionInDays": config.control_plane_log_retention_days},
+    )
+
+
+def test_secrets_encrypted_with_a_rotating_customer_key(resources: dict[str, Any], env_name: str) -> None:
+    key_id, key = only(resources[env_name], "AWS::KMS::Key")
+    assert key["Properties"]["EnableKeyRotation"] is True
+    assert key["DeletionPolicy"] == "Retain"
+    encryption = _cluster(resources, env_name)["EncryptionConfig"]
+    assert encryption == [{"Provider": {"KeyArn": {"Fn::GetAtt": [key_id, "Arn"]}}, "Resources": ["secrets"]}]
+
+
+def test_api_authentication_without_creator_admin(resources: dict[str, Any], env_name: str) -> None:
+    assert _cluster(resources, env_name)["AccessConfig"] == {
+        "AuthenticationMode": "API",
+        "BootstrapClusterCreatorAdminPermissions": False,
+    }
+
+
+def test_no_auto_mode_and_no_default_capacity(resources: dict[str, Any], env_name: str) -> None:
+    props = _cluster(resources, env_name)
+    assert props["ComputeConfig"] == {"Enabled": False}
+    assert props["BootstrapSelfManagedAddons"] is False
+    # The only node group is the system group (GPU groups come from their own constructs).
+    nodegroups = of_type(resources[env_name], "AWS::EKS::Nodegroup")
+    assert [n["Properties"]["NodegroupName"] for n in nodegroups.values()] == [
+        f"{ENVIRONMENTS[env_name].cluster.name}-system"
+    ]
+
+
+def test_admin_access_entries_come_from_the_environment(resources: dict[str, Any], env_name: str) -> None:
+    entries = of_type(resources[env_name], "AWS::EKS::AccessEntry")
+    principals = [str(e["Properties"]["PrincipalArn"]) for e in entries.values()]
+    for admin in ENVIRONMENTS[env_name].cluster.admin_principals:
+        assert sum(f":role/{admin}" in p for p in principals) == 1, principals
+    for entry in entries.values():
+        assert "*" not in str(entry["Properties"]["PrincipalArn"])
+        policy = entry["Properties"]["AccessPolicies"][0]
+        assert CLUSTER_ADMIN_POLICY in str(policy["PolicyArn"])
+        assert policy["AccessScope"] == {"Type": "cluster"}
+
+
+def test_managed_addons_pinned(resources: dict[str, Any], env_name: str) -> None:
+    addons = {
+        a["Properties"]["AddonName"]: a["Properties"].get("AddonVersion")
+        for a in of_type(resources[env_name], "AWS::EKS::Addon").values()
+    }
+    assert addons == dict(MANAGED_ADDONS)
+    assert set(addons) == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
+    for version in addons.values():
+        assert version
+        assert version.startswith("v")
+        assert "eksbuild" in version
+
+
+def test_addon_ordering_around_the_system_nodes(resources: dict[str, Any], env_name: str) -> None:
+    template = resources[env_name]
+    addon_ids = {a["Properties"]["AddonName"]: k for k, a in of_type(template, "AWS::EKS::Addon").items()}
+    nodegroup_id, nodegroup = only(template, "AWS::EKS::Nodegroup")
+    for name in ADDONS_BEFORE_NODES:
+        assert addon_ids[name] in nodegroup["DependsOn"], f"node group must wait for {name}"
+    assert nodegroup_id in template["Resources"][addon_ids["coredns"]]["DependsOn"]
+
+
+def test_kubectl_handler_runs_in_the_private_subnets_with_matching_layer(
+    resources: dict[str, Any], env_name: str
+) -> None:
+    template = resources[env_name]
+    handlers = [
+        f["Properties"]
+        for f in of_type(template, "AWS::Lambda::Function").values()
+        if "kubectl" in f["Properties"].get("Description", "")
+    ]
+    assert len(handlers) == 1
+    handler = handlers[0]
+    assert len(handler["VpcConfig"]["SubnetIds"]) == len(ENVIRONMENTS[env_name].network.availability_zones)
+    layers = of_type(template, "AWS::Lambda::LayerVersion")
+    descriptions = " ".join(str(layer["Properties"].get("Description", "")) for layer in layers.values())
+    assert f"/opt/kubectl/kubectl {KUBERNETES_VERSION}." in descriptions
+
+
+def test_outputs(templates: dict[str, Template], env_name: str) -> None:
+    env = ENVIRONMENTS[env_name]
+    outputs = templates[env_name].to_json()["Outputs"]
+    assert "ClusterName" in outputs
+    assert (
+        outputs["UpdateKubeconfigCommand"]["Value"]
+        == f"aws eks update-kubeconfig --name {env.cluster.name} --region {env.region}"
+    )
+
+
+def test_public_endpoint_is_opt_in_with_an_allow_list() -> None:
+    dev = ENVIRONMENTS["dev"]
+    opened = dataclasses.replace(
+        dev,
+        cluster=ClusterConfig(
+            name="ml-dev",
+            admin_principals=("PlatformAdmin",),
+            endpoint_access=EndpointAccess.PUBLIC_AND_PRIVATE,
+            public_access_cidrs=("203.0.113.0/24",),
+        ),
+    )
+    app = cdk.App(context=cdk_json_context())
+    stage = PlatformStage(app, "open", environment=opened)
+    vpc_config = Template.from_stack(stage.stack).to_json()["Resources"]
+    cluster = next(v for v in vpc_config.values() if v["Type"] == "AWS::EKS::Cluster")["Properties"]
+    assert cluster["ResourcesVpcConfig"]["EndpointPublicAccess"] is True
+    assert cluster["ResourcesVpcConfig"]["EndpointPrivateAccess"] is True
+    assert cluster["ResourcesVpcConfig"]["PublicAccessCidrs"] == ["203.0.113.0/24"]

@@ -1,0 +1,238 @@
+"""Bad input is refused on construction, with the field, the value and what is allowed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from infra.spec import (
+    ENVIRONMENTS,
+    ClusterConfig,
+    ConfigError,
+    EndpointAccess,
+    GpuNodeGroupConfig,
+    NetworkConfig,
+    Scaling,
+    SystemNodeGroupConfig,
+    get_environment,
+)
+from infra.spec.addressing import addresses_per_node, gpu_zone_demand, max_pods
+from infra.spec.environments import LOG_RETENTION_DAYS
+from infra.spec.instances import INSTANCE_TYPES
+from infra.spec.namespaces import NamespaceSpec
+
+DEV = ENVIRONMENTS["dev"]
+PROD = ENVIRONMENTS["prod"]
+
+
+def network(**overrides: object) -> NetworkConfig:
+    fields = {
+        "cidr": "10.10.0.0/16",
+        "availability_zones": ("us-west-2a", "us-west-2b"),
+        "nat_gateways": 1,
+    }
+    fields.update(overrides)
+    return NetworkConfig(**fields)  # type: ignore[arg-type]
+
+
+def test_unknown_environment_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as err:
+        get_environment("staging")
+    message = str(err.value)
+    assert "env='staging'" in message
+    assert "dev, prod" in message
+    assert "-c env=" in message
+
+
+@pytest.mark.parametrize(
+    ("cidr", "reason"),
+    [
+        ("10.10.0.0/33", "CIDR form"),
+        ("10.10.0.1/16", "host bits set"),
+        ("not-a-cidr", "CIDR form"),
+        ("10.0.0.0/8", "/16 to /24"),
+        ("8.8.0.0/16", "private range"),
+    ],
+)
+def test_invalid_cidr(cidr: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        network(cidr=cidr)
+    assert f"network.cidr={cidr!r}" in str(err.value)
+    assert reason in str(err.value)
+
+
+def test_subnets_that_do_not_fit_the_vpc() -> None:
+    with pytest.raises(
+        ConfigError, match=r"network.private_subnet_prefix=17 .*need 65664 addresses but 10.10.0.0/16 has 65536"
+    ):
+        network(cidr="10.10.0.0/16", private_subnet_prefix=17, availability_zones=("us-west-2a", "us-west-2b"))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "field"),
+    [
+        ((3, 2, 4), "desired_size=2"),  # min > desired
+        ((1, 5, 4), "desired_size=5"),  # desired > max
+        ((-1, 0, 1), "min_size=-1"),
+        ((0, 0, 0), "max_size=0"),
+    ],
+)
+def test_scaling_order(sizes: tuple[int, int, int], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Scaling(min_size=sizes[0], desired_size=sizes[1], max_size=sizes[2])
+    assert field in str(err.value)
+    if field.startswith("desired"):
+        assert "min_size" in str(err.value)
+        assert "max_size" in str(err.value)
+
+
+def test_more_nat_gateways_than_zones() -> None:
+    with pytest.raises(ConfigError) as err:
+        network(nat_gateways=3)
+    assert "network.nat_gateways=3" in str(err.value)
+    assert "1 to 2" in str(err.value)
+
+
+def test_zero_nat_gateways_refused() -> None:
+    # Private subnets need egress: pulling images from public registries goes through NAT.
+    with pytest.raises(ConfigError, match=r"network.nat_gateways=0"):
+        network(nat_gateways=0)
+
+
+def test_one_availability_zone_refused() -> None:
+    with pytest.raises(ConfigError, match=r"at least 2 zones"):
+        network(availability_zones=("us-west-2a",), nat_gateways=1)
+
+
+def test_log_retention_must_be_a_cloudwatch_value() -> None:
+    with pytest.raises(ConfigError, match=r"network.flow_log_retention_days=31"):
+        network(flow_log_retention_days=31)
+
+
+def test_zones_must_belong_to_the_region() -> None:
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(DEV, region="eu-west-1")
+    assert "network.availability_zones='us-west-2a'" in str(err.value)
+    assert "eu-west-1a" in str(err.value)
+
+
+def test_gpu_zone_must_be_one_of_the_vpc_zones() -> None:
+    with pytest.raises(ConfigError, match=r"gpu_availability_zone='us-west-2c'"):
+        dataclasses.replace(DEV, gpu_availability_zone="us-west-2c")
+
+
+def test_account_must_be_twelve_digits() -> None:
+    with pytest.raises(ConfigError, match=r"account='12345'"):
+        dataclasses.replace(DEV, account="12345")
+
+
+def test_private_endpoint_takes_no_public_cidrs() -> None:
+    with pytest.raises(ConfigError, match=r"cluster.public_access_cidrs"):
+        ClusterConfig(name="c", admin_principals=("Admin",), public_access_cidrs=("203.0.113.0/24",))
+
+
+@pytest.mark.parametrize("cidr", ["0.0.0.0/0", "::/0"])
+def test_open_public_endpoint_refused(cidr: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        ClusterConfig(
+            name="c",
+            admin_principals=("Admin",),
+            endpoint_access=EndpointAccess.PUBLIC_AND_PRIVATE,
+            public_access_cidrs=(cidr,),
+        )
+    assert f"cluster.public_access_cidrs={cidr!r}" in str(err.value)
+    assert "open API endpoint is refused" in str(err.value)
+
+
+def test_public_endpoint_needs_an_allow_list() -> None:
+    with pytest.raises(ConfigError, match=r"at least one CIDR"):
+        ClusterConfig(name="c", admin_principals=("Admin",), endpoint_access=EndpointAccess.PUBLIC_AND_PRIVATE)
+
+
+@pytest.mark.parametrize("principal", ["*", "arn:aws:iam::123456789012:role/*", "arn:aws:iam::*:role/Admin", ""])
+def test_admin_principal_wildcards_refused(principal: str) -> None:
+    with pytest.raises(ConfigError, match=r"cluster.admin_principals"):
+        ClusterConfig(name="c", admin_principals=(principal,))
+
+
+def test_admin_principals_required() -> None:
+    with pytest.raises(ConfigError, match=r"at least one IAM role"):
+        ClusterConfig(name="c")
+
+
+def test_admin_principal_forms_accepted() -> None:
+    config = ClusterConfig(name="c", admin_principals=("PlatformAdmin", "arn:aws:iam::123456789012:user/ops"))
+    assert config.admin_principals == ("PlatformAdmin", "arn:aws:iam::123456789012:user/ops")
+
+
+def test_unknown_instance_type_lists_known_ones() -> None:
+    with pytest.raises(ConfigError) as err:
+        GpuNodeGroupConfig(name="x", instance_type="p9.mega", scaling=Scaling(min_size=0, desired_size=0, max_size=1))
+    assert "gpu_node_groups[x].instance_type='p9.mega'" in str(err.value)
+    assert "p5.48xlarge" in str(err.value)
+
+
+def test_gpu_group_needs_gpu_and_efa() -> None:
+    with pytest.raises(ConfigError, match=r"GPU groups need an instance type with GPUs and EFA"):
+        GpuNodeGroupConfig(
+            name="x", instance_type="m7i.xlarge", scaling=Scaling(min_size=0, desired_size=0, max_size=1)
+        )
+
+
+def test_system_group_refuses_gpu_instances() -> None:
+    with pytest.raises(ConfigError, match=r"system_nodes.instance_type='g6.12xlarge'"):
+        SystemNodeGroupConfig(instance_type="g6.12xlarge", scaling=Scaling(min_size=1, desired_size=1, max_size=1))
+
+
+def test_duplicate_gpu_group_names_refused() -> None:
+    with pytest.raises(ConfigError, match=r"distinct group names"):
+        dataclasses.replace(PROD, gpu_node_groups=(PROD.gpu_node_groups[0], PROD.gpu_node_groups[0]))
+
+
+def test_pod_security_warn_must_not_be_laxer_than_enforce() -> None:
+    with pytest.raises(ConfigError, match=r"namespaces\[x\].warn='baseline'"):
+        NamespaceSpec(name="x", purpose="", enforce="restricted", warn="baseline")
+
+
+# Address arithmetic (infra/spec/addressing.py documents the formula).
+
+
+def test_max_pods_follows_the_eks_eni_formula() -> None:
+    m7i = INSTANCE_TYPES["m7i.xlarge"]
+    assert max_pods(m7i) == 4 * (15 - 1) + 2 == 58  # EKS's published value for m7i.xlarge
+    assert max_pods(INSTANCE_TYPES["p5.48xlarge"]) == 250  # capped above 30 vCPUs
+
+
+def test_addresses_per_node() -> None:
+    assert addresses_per_node(INSTANCE_TYPES["m7i.xlarge"]) == 60
+    assert addresses_per_node(INSTANCE_TYPES["g6.12xlarge"]) == 240
+    assert addresses_per_node(INSTANCE_TYPES["p5.48xlarge"]) == 350
+
+
+def test_prod_gpu_zone_budget_matches_the_documented_figure() -> None:
+    assert gpu_zone_demand(PROD) == 4684
+    assert 2 ** (32 - PROD.network.private_subnet_prefix) >= 3 * gpu_zone_demand(PROD)
+
+
+def test_subnet_too_small_for_the_nodes_is_refused() -> None:
+    small = dataclasses.replace(PROD.network, private_subnet_prefix=20)
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(PROD, network=small)
+    assert "network.private_subnet_prefix=20" in str(err.value)
+    assert "at least 4684 addresses" in str(err.value)
+
+
+def test_log_retention_table_matches_cdk_enum() -> None:
+    from infra.logs import _BY_DAYS
+
+    assert tuple(_BY_DAYS) == LOG_RETENTION_DAYS
+
+
+def test_declared_environments_have_the_issue_shapes() -> None:
+    assert {g.instance_type: g.scaling.desired_size for g in DEV.gpu_node_groups} == {"g6.12xlarge": 2}
+    p5 = next(g for g in PROD.gpu_node_groups if g.instance_type == "p5.48xlarge")
+    assert (p5.scaling.min_size, p5.scaling.desired_size, p5.scaling.max_size) == (0, 2, 8)
+    assert any(g.instance_type == "g6.12xlarge" for g in PROD.gpu_node_groups)
+    assert DEV.network.nat_gateways == 1
+    assert PROD.network.nat_gateways == len(PROD.network.availability_zones)

@@ -1,0 +1,69 @@
+"""The training namespaces chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cdk8s
+import kubernetes_validate
+import pytest
+import yaml
+
+from infra.spec import ENVIRONMENTS
+from infra.spec.namespaces import TRAINING_NAMESPACES, NamespaceSpec
+from infra.spec.versions import KUBERNETES_VERSION
+from k8s.charts.namespaces import NamespacesChart
+from k8s.main import synth_all
+from tests.k8s.schema import validate_core
+
+
+def _synth(namespaces: tuple[NamespaceSpec, ...] = TRAINING_NAMESPACES) -> list[dict[str, object]]:
+    chart = NamespacesChart(cdk8s.Testing.app(), "ns", environment="dev", namespaces=namespaces)
+    return list(cdk8s.Testing.synth(chart))
+
+
+def test_one_namespace_per_spec_with_pod_security_labels() -> None:
+    manifests = _synth()
+    assert [m["metadata"]["name"] for m in manifests] == [s.name for s in TRAINING_NAMESPACES]  # type: ignore[index]
+    for manifest, spec in zip(manifests, TRAINING_NAMESPACES, strict=True):
+        labels = manifest["metadata"]["labels"]  # type: ignore[index]
+        assert labels["pod-security.kubernetes.io/enforce"] == spec.enforce
+        assert labels["pod-security.kubernetes.io/warn"] == spec.warn
+        assert labels["pod-security.kubernetes.io/audit"] == spec.warn
+        for mode in ("enforce", "warn", "audit"):
+            assert labels[f"pod-security.kubernetes.io/{mode}-version"] == f"v{KUBERNETES_VERSION}"
+        assert labels["platform/environment"] == "dev"
+
+
+def test_ray_namespace_enforces_at_least_baseline() -> None:
+    ray = next(m for m in _synth() if m["metadata"]["name"] == "ray")  # type: ignore[index]
+    assert ray["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] in ("baseline", "restricted")  # type: ignore[index]
+
+
+def test_manifests_validate_against_the_cluster_schema() -> None:
+    for manifest in _synth():
+        validate_core(manifest)
+
+
+def test_schema_validation_catches_a_broken_namespace() -> None:
+    broken = {**_synth()[0], "spec": {"finalizers": "kubernetes"}}  # must be a list
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_core(broken)
+
+
+def test_synth_all_writes_one_directory_per_environment(tmp_path: Path) -> None:
+    written = synth_all(tmp_path)
+    assert sorted(p.name for p in written) == sorted(ENVIRONMENTS)
+    for env in ENVIRONMENTS:
+        docs = list(yaml.safe_load_all((tmp_path / env / "namespaces.k8s.yaml").read_text()))
+        assert {d["metadata"]["name"] for d in docs} == {s.name for s in TRAINING_NAMESPACES}
+        assert {d["metadata"]["labels"]["platform/environment"] for d in docs} == {env}
+
+
+def test_synth_is_deterministic(tmp_path: Path) -> None:
+    synth_all(tmp_path / "a")
+    synth_all(tmp_path / "b")
+    for env in ENVIRONMENTS:
+        assert (tmp_path / "a" / env / "namespaces.k8s.yaml").read_bytes() == (
+            tmp_path / "b" / env / "namespaces.k8s.yaml"
+        ).read_bytes()
