@@ -127,8 +127,11 @@ class EksCluster(Construct):
             for name, version in MANAGED_ADDONS.items()
         }
 
-    def nodes_depend_on_addons(self, nodegroup: eks.Nodegroup) -> None:
-        """Order a node group after the add-ons nodes need, and coredns after the node group."""
+    def order_before(self, nodegroup: eks.Nodegroup) -> None:
+        """A node group waits for the add-ons its nodes need to turn Ready."""
         for name in ADDONS_BEFORE_NODES:
             nodegroup.node.add_dependency(self.addons[name])
+
+    def order_coredns_after(self, nodegroup: eks.Nodegroup) -> None:
+        """coredns waits for the (system) node group its pods run on."""
         self.addons["coredns"].node.add_dependency(nodegroup)

@@ -8,6 +8,7 @@ from constructs import Construct
 
 from infra.cluster import EksCluster
 from infra.network import Network
+from infra.nodegroups.efa import EfaNodeGroup
 from infra.nodegroups.system import SystemNodeGroup
 from infra.spec import Environment
 
@@ -31,7 +32,24 @@ class PlatformStack(Stack):
             subnets=self.network.private_subnets,
             nodegroup_name=f"{environment.cluster.name}-system",
         )
-        self.cluster.nodes_depend_on_addons(self.system_nodes.nodegroup)
+        self.cluster.order_before(self.system_nodes.nodegroup)
+        self.cluster.order_coredns_after(self.system_nodes.nodegroup)
+
+        self.gpu_nodes = {
+            group.name: EfaNodeGroup(
+                self,
+                f"GpuNodes-{group.name}",
+                cluster=self.cluster.icluster,
+                cluster_security_group_id=self.cluster.cluster.cluster_security_group_id,
+                vpc=self.network.vpc,
+                subnets=self.network.private_subnet_in(environment.gpu_availability_zone),
+                config=group,
+                nodegroup_name=f"{environment.cluster.name}-{group.name}",
+            )
+            for group in environment.gpu_node_groups
+        }
+        for gpu in self.gpu_nodes.values():
+            self.cluster.order_before(gpu.nodegroup)
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster.cluster_name)
         CfnOutput(

@@ -13,3 +13,19 @@ def only(template_json: dict[str, Any], cfn_type: str) -> tuple[str, dict[str, A
     found = of_type(template_json, cfn_type)
     assert len(found) == 1, f"expected one {cfn_type}, found {sorted(found)}"
     return next(iter(found.items()))
+
+
+def nodegroup(template_json: dict[str, Any], suffix: str) -> tuple[str, dict[str, Any]]:
+    """The node group whose name ends in -<suffix> (system, or a GPU group's name)."""
+    found = [
+        (k, v)
+        for k, v in of_type(template_json, "AWS::EKS::Nodegroup").items()
+        if v["Properties"]["NodegroupName"].endswith(f"-{suffix}")
+    ]
+    assert len(found) == 1, f"expected one node group named *-{suffix}, found {[k for k, _ in found]}"
+    return found[0]
+
+
+def launch_template_of(template_json: dict[str, Any], nodegroup_props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    lt_id = nodegroup_props["LaunchTemplate"]["Id"]["Ref"]
+    return lt_id, template_json["Resources"][lt_id]

@@ -14,6 +14,19 @@ from app import create_app
 from infra.spec import ENVIRONMENTS, ConfigError
 from tests.conftest import ROOT, cdk_json_context
 
+# The pinned CLI from package-lock.json (make install puts it there).
+CDK = ROOT / "node_modules" / ".bin" / "cdk"
+
+
+def cli_env() -> dict[str, str]:
+    """The environment `make` gives the CLI: the virtualenv's Node first, no network calls."""
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "CDK_DISABLE_VERSION_CHECK": "true",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+    }
+
 
 def test_no_env_flag_builds_every_environment() -> None:
     _, stages = create_app(context=cdk_json_context(), environ={})
@@ -59,11 +72,11 @@ def test_bad_account_is_refused() -> None:
 @pytest.mark.slow
 def test_cdk_cli_reports_an_unknown_environment_and_writes_nothing(tmp_path: Path) -> None:
     """Through the real `cdk` CLI: a clear message, non-zero exit, no assembly written."""
-    env = {**os.environ, "CDK_DISABLE_VERSION_CHECK": "true", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    env = cli_env()
     env.pop("CDK_DEFAULT_ACCOUNT", None)
     out = tmp_path / "cdk.out"
     result = subprocess.run(
-        ["cdk", "synth", "--quiet", "-c", "env=staging", "-o", str(out), "--app", f"{sys.executable} app.py"],
+        [str(CDK), "synth", "--quiet", "-c", "env=staging", "-o", str(out), "--app", f"{sys.executable} app.py"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -77,10 +90,10 @@ def test_cdk_cli_reports_an_unknown_environment_and_writes_nothing(tmp_path: Pat
 
 @pytest.mark.slow
 def test_cdk_cli_synthesizes_one_environment(tmp_path: Path) -> None:
-    env = {**os.environ, "CDK_DISABLE_VERSION_CHECK": "true", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    env = cli_env()
     out = tmp_path / "cdk.out"
     result = subprocess.run(
-        ["cdk", "synth", "--quiet", "-c", "env=dev", "-o", str(out), "--app", f"{sys.executable} app.py"],
+        [str(CDK), "synth", "--quiet", "-c", "env=dev", "-o", str(out), "--app", f"{sys.executable} app.py"],
         cwd=ROOT,
         env=env,
         capture_output=True,

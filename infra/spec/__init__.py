@@ -2,6 +2,8 @@
 
 from infra.spec.environments import (
     ENVIRONMENTS,
+    Capacity,
+    CapacityKind,
     ClusterConfig,
     EndpointAccess,
     Environment,
@@ -17,6 +19,8 @@ from infra.spec.instances import INSTANCE_TYPES, InstanceType, instance_type
 __all__ = [
     "ENVIRONMENTS",
     "INSTANCE_TYPES",
+    "Capacity",
+    "CapacityKind",
     "ClusterConfig",
     "ConfigError",
     "EndpointAccess",

@@ -9,7 +9,8 @@ addresses at once. So a node can hold at most
 
 where max_pods is what EKS's AL2023 bootstrap computes: ENIs * (IPs per ENI - 1) + 2,
 capped at 110 for up to 30 vCPUs and at 250 above. EFA-only interfaces take no address;
-a plain `efa` interface is one of the ENIs counted above.
+a primary `efa` interface is one of the ENIs counted above, and each further `efa`
+interface (p4d's cards 1-3) takes one more.
 
 Per environment, the GPU zone carries every GPU node (EFA keeps them in one AZ) plus,
 worst case, every system node; each group may surge by one node during a rolling update.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from infra.spec.efa import efa_layout
 from infra.spec.errors import ConfigError
 from infra.spec.instances import InstanceType
 
@@ -56,11 +58,24 @@ def subnet_overhead() -> int:
     return AWS_RESERVED_PER_SUBNET + EKS_CONTROL_PLANE_ADDRESSES + INTERFACE_ENDPOINTS + KUBECTL_LAMBDA_ADDRESSES
 
 
+def extra_efa_addresses(spec: InstanceType, efa_interfaces: int) -> int:
+    """Addresses taken by `efa` (ENA + EFA) interfaces beyond the primary; efa-only take none."""
+    return sum(slot.takes_an_address for slot in efa_layout(spec, efa_interfaces)[1:])
+
+
 def gpu_zone_demand(env: Environment) -> int:
     """Addresses the GPU zone's private subnet must hold in the worst case."""
-    nodes = [(g.instance, g.scaling.max_size + ROLLING_UPDATE_SURGE) for g in env.gpu_node_groups]
-    nodes.append((env.system_nodes.instance, env.system_nodes.scaling.max_size + ROLLING_UPDATE_SURGE))
-    return sum(addresses_per_node(spec) * count for spec, count in nodes) + subnet_overhead()
+    per_node = [
+        (
+            addresses_per_node(g.instance) + extra_efa_addresses(g.instance, g.efa_interface_count),
+            g.scaling.max_size + ROLLING_UPDATE_SURGE,
+        )
+        for g in env.gpu_node_groups
+    ]
+    per_node.append(
+        (addresses_per_node(env.system_nodes.instance), env.system_nodes.scaling.max_size + ROLLING_UPDATE_SURGE)
+    )
+    return sum(addresses * count for addresses, count in per_node) + subnet_overhead()
 
 
 def check_address_budget(env: Environment) -> None:

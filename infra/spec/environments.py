@@ -221,6 +221,47 @@ class SystemNodeGroupConfig:
         return instance_type(self.instance_type)
 
 
+class CapacityKind(Enum):
+    ON_DEMAND = "on-demand"
+    # An On-Demand Capacity Reservation (ODCR) the group launches into.
+    RESERVATION = "capacity-reservation"
+    # An EC2 Capacity Block for ML: market type capacity-block, node group capacity type CAPACITY_BLOCK.
+    CAPACITY_BLOCK = "capacity-block"
+
+
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    kind: CapacityKind = CapacityKind.ON_DEMAND
+    reservation_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is CapacityKind.ON_DEMAND:
+            if self.reservation_id is not None:
+                raise ConfigError(
+                    "capacity.reservation_id",
+                    self.reservation_id,
+                    "none for plain on-demand capacity",
+                    "set kind=CapacityKind.RESERVATION or CapacityKind.CAPACITY_BLOCK to target it",
+                )
+            return
+        if self.reservation_id is None or not _RESERVATION_ID.match(self.reservation_id):
+            raise ConfigError(
+                "capacity.reservation_id",
+                self.reservation_id,
+                "the reservation's id, cr- followed by 8-17 hex digits",
+                f"a {self.kind.value} group launches only into a named reservation",
+            )
+
+    @property
+    def brings_own_placement(self) -> bool:
+        """Reservations and Capacity Blocks are placed when AWS provisions them; a forced
+        cluster placement group can make launches fail against them."""
+        return self.kind is not CapacityKind.ON_DEMAND
+
+
 @dataclass(frozen=True, kw_only=True)
 class GpuNodeGroupConfig:
     """A GPU node group with EFA. The construct that builds it reads only this and the instance facts."""
@@ -228,28 +269,53 @@ class GpuNodeGroupConfig:
     name: str
     instance_type: str
     scaling: Scaling
+    # EFA interfaces to attach; None attaches the most the instance type allows.
+    efa_interfaces: int | None = None
+    # Training images (CUDA, PyTorch, NCCL) are 10-20 GB each; several versions get cached.
+    root_volume_gib: int = 500
+    capacity: Capacity = field(default_factory=Capacity)
 
     def __post_init__(self) -> None:
         if not _DNS_LABEL.match(self.name):
             raise ConfigError("gpu_node_groups.name", self.name, "lower-case letters, digits and '-', 1-32 chars")
-        spec = instance_type(self.instance_type, field=f"gpu_node_groups[{self.name}].instance_type")
+        where = f"gpu_node_groups[{self.name}]"
+        spec = instance_type(self.instance_type, field=f"{where}.instance_type")
         if spec.gpu is None or spec.efa is None:
             raise ConfigError(
-                f"gpu_node_groups[{self.name}].instance_type",
+                f"{where}.instance_type",
                 self.instance_type,
-                sorted(t for t, s in _gpu_efa_types().items()),
+                _gpu_efa_types(),
                 "GPU groups need an instance type with GPUs and EFA",
+            )
+        if self.efa_interfaces is not None and not 1 <= self.efa_interfaces <= spec.efa.max_interfaces:
+            raise ConfigError(
+                f"{where}.efa_interfaces",
+                self.efa_interfaces,
+                f"1 to {spec.efa.max_interfaces} (the most {self.instance_type} supports)",
+                "leave it unset to attach every EFA interface the type has",
+            )
+        if not 200 <= self.root_volume_gib <= 16384:
+            raise ConfigError(
+                f"{where}.root_volume_gib",
+                self.root_volume_gib,
+                "200 to 16384 GiB (training images need room)",
             )
 
     @property
     def instance(self) -> InstanceType:
         return instance_type(self.instance_type)
 
+    @property
+    def efa_interface_count(self) -> int:
+        efa = self.instance.efa
+        assert efa is not None  # checked on construction
+        return self.efa_interfaces if self.efa_interfaces is not None else efa.max_interfaces
 
-def _gpu_efa_types() -> dict[str, InstanceType]:
+
+def _gpu_efa_types() -> list[str]:
     from infra.spec.instances import INSTANCE_TYPES
 
-    return {n: s for n, s in INSTANCE_TYPES.items() if s.gpu is not None and s.efa is not None}
+    return sorted(n for n, s in INSTANCE_TYPES.items() if s.gpu is not None and s.efa is not None)
 
 
 @dataclass(frozen=True, kw_only=True)

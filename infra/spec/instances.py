@@ -64,6 +64,7 @@ class InstanceType:
 
 
 _TYPES = (
+    # gp.html, M7i row; AvailableIpPerENI: 4 interfaces x 15 addresses.
     InstanceType(
         name="m7i.xlarge",
         vcpus=4,
@@ -73,6 +74,8 @@ _TYPES = (
         ipv4_per_interface=15,
         network_bandwidth_gbps=12,  # "up to 12.5"; the burst figure, not a floor
     ),
+    # ac.html, G6 row (4 L4 24 GB, 40 Gbps, 4 x 940 GB NVMe, EFA on the 12xlarge and up);
+    # AvailableIpPerENI: 8 x 30.
     InstanceType(
         name="g6.12xlarge",
         vcpus=48,
@@ -86,6 +89,23 @@ _TYPES = (
         efa=EfaSpec(max_interfaces=1, efa_only_supported=False, gpudirect_rdma=False),
         nvme=NvmeSpec(disks=4, size_gb_each=940),
     ),
+    # ac.html, P4d row (8 A100 40 GB, 4 network cards, 400 Gbps EFA, 8 x 1000 GB NVMe);
+    # AvailableIpPerENI: 60 x 50.
+    InstanceType(
+        name="p4d.24xlarge",
+        vcpus=96,
+        memory_gib=1152,
+        network_cards=4,
+        max_network_interfaces=60,
+        ipv4_per_interface=50,
+        network_bandwidth_gbps=400,
+        gpu=GpuSpec(model="NVIDIA A100", count=8, memory_gib_each=40),
+        # Four EFA (ENA + EFA) interfaces, one per card: the classic p4d layout.
+        efa=EfaSpec(max_interfaces=4, efa_only_supported=False, gpudirect_rdma=True),
+        nvme=NvmeSpec(disks=8, size_gb_each=1000),
+    ),
+    # ac.html, P5 row (8 H100 80 GB, 32 network cards, 3200 Gbps EFA, 8 x 3.84 TB NVMe);
+    # efa.html lists P5 for EFA-only interfaces; AvailableIpPerENI: 64 x 50.
     InstanceType(
         name="p5.48xlarge",
         vcpus=192,
@@ -95,6 +115,19 @@ _TYPES = (
         ipv4_per_interface=50,
         network_bandwidth_gbps=3200,
         gpu=GpuSpec(model="NVIDIA H100", count=8, memory_gib_each=80),
+        efa=EfaSpec(max_interfaces=32, efa_only_supported=True, gpudirect_rdma=True),
+        nvme=NvmeSpec(disks=8, size_gb_each=3800),
+    ),
+    # ac.html, P5e row (8 H200 141 GB, otherwise as P5); AvailableIpPerENI: 64 x 50.
+    InstanceType(
+        name="p5e.48xlarge",
+        vcpus=192,
+        memory_gib=2048,
+        network_cards=32,
+        max_network_interfaces=64,
+        ipv4_per_interface=50,
+        network_bandwidth_gbps=3200,
+        gpu=GpuSpec(model="NVIDIA H200", count=8, memory_gib_each=141),
         efa=EfaSpec(max_interfaces=32, efa_only_supported=True, gpudirect_rdma=True),
         nvme=NvmeSpec(disks=8, size_gb_each=3800),
     ),

@@ -13,7 +13,7 @@ from infra.spec import ENVIRONMENTS, ClusterConfig, EndpointAccess
 from infra.spec.versions import KUBERNETES_VERSION, MANAGED_ADDONS
 from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context
-from tests.helpers import of_type, only
+from tests.helpers import nodegroup, of_type, only
 
 
 def _cluster(resources: dict[str, Any], env_name: str) -> dict[str, Any]:
@@ -78,11 +78,12 @@ def test_no_auto_mode_and_no_default_capacity(resources: dict[str, Any], env_nam
     props = _cluster(resources, env_name)
     assert props["ComputeConfig"] == {"Enabled": False}
     assert props["BootstrapSelfManagedAddons"] is False
-    # The only node group is the system group (GPU groups come from their own constructs).
+    # Node groups are ours alone: the system group and one per declared GPU group.
+    env = ENVIRONMENTS[env_name]
     nodegroups = of_type(resources[env_name], "AWS::EKS::Nodegroup")
-    assert [n["Properties"]["NodegroupName"] for n in nodegroups.values()] == [
-        f"{ENVIRONMENTS[env_name].cluster.name}-system"
-    ]
+    assert sorted(n["Properties"]["NodegroupName"] for n in nodegroups.values()) == sorted(
+        [f"{env.cluster.name}-system", *(f"{env.cluster.name}-{g.name}" for g in env.gpu_node_groups)]
+    )
 
 
 def test_admin_access_entries_come_from_the_environment(resources: dict[str, Any], env_name: str) -> None:
@@ -113,9 +114,9 @@ def test_managed_addons_pinned(resources: dict[str, Any], env_name: str) -> None
 def test_addon_ordering_around_the_system_nodes(resources: dict[str, Any], env_name: str) -> None:
     template = resources[env_name]
     addon_ids = {a["Properties"]["AddonName"]: k for k, a in of_type(template, "AWS::EKS::Addon").items()}
-    nodegroup_id, nodegroup = only(template, "AWS::EKS::Nodegroup")
+    nodegroup_id, system = nodegroup(template, "system")
     for name in ADDONS_BEFORE_NODES:
-        assert addon_ids[name] in nodegroup["DependsOn"], f"node group must wait for {name}"
+        assert addon_ids[name] in system["DependsOn"], f"node group must wait for {name}"
     assert nodegroup_id in template["Resources"][addon_ids["coredns"]]["DependsOn"]
 
 

@@ -236,3 +236,11 @@ def test_declared_environments_have_the_issue_shapes() -> None:
     assert any(g.instance_type == "g6.12xlarge" for g in PROD.gpu_node_groups)
     assert DEV.network.nat_gateways == 1
     assert PROD.network.nat_gateways == len(PROD.network.availability_zones)
+
+
+def test_extra_efa_interfaces_count_in_the_budget() -> None:
+    from infra.spec.addressing import extra_efa_addresses
+
+    assert extra_efa_addresses(INSTANCE_TYPES["p5.48xlarge"], 32) == 0  # efa-only: no addresses
+    assert extra_efa_addresses(INSTANCE_TYPES["g6.12xlarge"], 1) == 0  # the primary is the EFA
+    assert extra_efa_addresses(INSTANCE_TYPES["p4d.24xlarge"], 4) == 3  # cards 1-3

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from infra.spec import ENVIRONMENTS
-from tests.helpers import of_type, only
+from tests.helpers import launch_template_of, nodegroup, of_type
 
 
 def _nodegroup(resources: dict[str, Any], env_name: str) -> dict[str, Any]:
-    return only(resources[env_name], "AWS::EKS::Nodegroup")[1]["Properties"]
+    return nodegroup(resources[env_name], "system")[1]["Properties"]
 
 
 def test_instance_ami_and_label(resources: dict[str, Any], env_name: str) -> None:
@@ -47,7 +47,7 @@ def test_private_subnets_in_every_zone(resources: dict[str, Any], env_name: str)
 
 
 def test_launch_template_requires_imdsv2_with_hop_limit_2(resources: dict[str, Any], env_name: str) -> None:
-    lt_id, lt = only(resources[env_name], "AWS::EC2::LaunchTemplate")
+    lt_id, lt = launch_template_of(resources[env_name], _nodegroup(resources, env_name))
     assert _nodegroup(resources, env_name)["LaunchTemplate"]["Id"] == {"Ref": lt_id}
     data = lt["Properties"]["LaunchTemplateData"]
     assert data["MetadataOptions"] == {
@@ -61,7 +61,7 @@ def test_launch_template_requires_imdsv2_with_hop_limit_2(resources: dict[str, A
 
 
 def test_root_volume_encrypted_gp3(resources: dict[str, Any], env_name: str) -> None:
-    _, lt = only(resources[env_name], "AWS::EC2::LaunchTemplate")
+    _, lt = launch_template_of(resources[env_name], _nodegroup(resources, env_name))
     assert lt["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"] == [
         {
             "DeviceName": "/dev/xvda",

@@ -1,0 +1,328 @@
+"""EFA GPU node groups: interface layouts, security group, placement, capacity, AMI, subnet, labels."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk.assertions import Template
+
+from infra.nodegroups.efa import EfaNodeGroup
+from infra.spec import (
+    ENVIRONMENTS,
+    Capacity,
+    CapacityKind,
+    ConfigError,
+    GpuNodeGroupConfig,
+    Scaling,
+)
+from infra.stage import PlatformStage
+from tests.conftest import cdk_json_context
+from tests.helpers import launch_template_of, nodegroup, of_type
+
+ONE = Scaling(min_size=0, desired_size=1, max_size=1)
+RESERVATION = "cr-0123456789abcdef0"
+
+# Written out by hand from AWS's EFA guidance, not computed by the code under test.
+EXPECTED_LAYOUTS: dict[str, list[tuple[int, int, str]]] = {
+    "p5.48xlarge": [(0, 0, "interface"), (0, 1, "efa-only")] + [(card, 0, "efa-only") for card in range(1, 32)],
+    "p5e.48xlarge": [(0, 0, "interface"), (0, 1, "efa-only")] + [(card, 0, "efa-only") for card in range(1, 32)],
+    "p4d.24xlarge": [(card, 0, "efa") for card in range(4)],
+    "g6.12xlarge": [(0, 0, "efa")],
+}
+
+
+def _stage(groups: tuple[GpuNodeGroupConfig, ...], name: str = "t") -> dict[str, Any]:
+    env = dataclasses.replace(ENVIRONMENTS["prod"], gpu_node_groups=groups)
+    stage = PlatformStage(cdk.App(context=cdk_json_context()), name, environment=env)
+    return dict(Template.from_stack(stage.stack).to_json())
+
+
+@pytest.fixture(scope="module")
+def every_type() -> dict[str, Any]:
+    groups = tuple(GpuNodeGroupConfig(name=t.split(".")[0], instance_type=t, scaling=ONE) for t in EXPECTED_LAYOUTS)
+    return _stage(groups, "types")
+
+
+@pytest.fixture(scope="module")
+def reserved() -> dict[str, Any]:
+    groups = (
+        GpuNodeGroupConfig(
+            name="odcr",
+            instance_type="p5.48xlarge",
+            scaling=ONE,
+            capacity=Capacity(kind=CapacityKind.RESERVATION, reservation_id=RESERVATION),
+        ),
+        GpuNodeGroupConfig(
+            name="block",
+            instance_type="p5.48xlarge",
+            scaling=ONE,
+            capacity=Capacity(kind=CapacityKind.CAPACITY_BLOCK, reservation_id="cr-0fedcba9876543210"),
+        ),
+    )
+    return _stage(groups, "reserved")
+
+
+def _group(template: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(node group properties, launch template data) of GPU group `name`."""
+    ng = nodegroup(template, name)[1]["Properties"]
+    return ng, launch_template_of(template, ng)[1]["Properties"]["LaunchTemplateData"]
+
+
+@pytest.mark.parametrize("instance_type", sorted(EXPECTED_LAYOUTS))
+def test_interface_layout(every_type: dict[str, Any], instance_type: str) -> None:
+    _, data = _group(every_type, instance_type.split(".")[0])
+    found = [(i["NetworkCardIndex"], i["DeviceIndex"], i["InterfaceType"]) for i in data["NetworkInterfaces"]]
+    assert found == EXPECTED_LAYOUTS[instance_type]
+
+
+def test_p5_has_32_efa_interfaces_and_one_primary(every_type: dict[str, Any]) -> None:
+    _, data = _group(every_type, "p5")
+    types = [i["InterfaceType"] for i in data["NetworkInterfaces"]]
+    assert types.count("efa-only") == 32
+    assert types.count("interface") == 1
+    assert len({i["NetworkCardIndex"] for i in data["NetworkInterfaces"]}) == 32
+
+
+@pytest.mark.parametrize("instance_type", sorted(EXPECTED_LAYOUTS))
+def test_every_interface_carries_the_security_groups_and_no_subnet(
+    every_type: dict[str, Any], instance_type: str
+) -> None:
+    name = instance_type.split(".")[0]
+    _, data = _group(every_type, name)
+    efa_sg = next(
+        k
+        for k, v in of_type(every_type, "AWS::EC2::SecurityGroup").items()
+        if v["Properties"]["GroupDescription"] == f"EFA: all traffic within GPU group {name}"
+    )
+    assert "SecurityGroupIds" not in data
+    assert "SubnetId" not in data
+    for interface in data["NetworkInterfaces"]:
+        assert interface["Groups"] == [
+            {"Fn::GetAtt": [efa_sg, "GroupId"]},
+            {"Fn::GetAtt": ["EksClusterB2BDED5B", "ClusterSecurityGroupId"]},
+        ]
+        assert "SubnetId" not in interface
+        assert interface["DeleteOnTermination"] is True
+
+
+def test_efa_security_group_admits_and_sends_all_traffic_to_itself(every_type: dict[str, Any]) -> None:
+    groups = {
+        k: v
+        for k, v in of_type(every_type, "AWS::EC2::SecurityGroup").items()
+        if v["Properties"]["GroupDescription"].startswith("EFA:")
+    }
+    assert len(groups) == len(EXPECTED_LAYOUTS)
+    for sg_id, sg in groups.items():
+        ref = {"Fn::GetAtt": [sg_id, "GroupId"]}
+        ingress = [r["Properties"] for r in of_type(every_type, "AWS::EC2::SecurityGroupIngress").values()]
+        egress = [r["Properties"] for r in of_type(every_type, "AWS::EC2::SecurityGroupEgress").values()]
+        mine_in = [r for r in ingress if r["GroupId"] == ref]
+        mine_out = [r for r in egress if r["GroupId"] == ref]
+        assert [(r["IpProtocol"], r["SourceSecurityGroupId"]) for r in mine_in] == [("-1", ref)]
+        assert [(r["IpProtocol"], r["DestinationSecurityGroupId"]) for r in mine_out] == [("-1", ref)]
+        # No default allow-all egress to 0.0.0.0/0 on the EFA group itself.
+        assert "SecurityGroupEgress" not in sg["Properties"]
+
+
+def test_cluster_placement_group_for_on_demand(every_type: dict[str, Any]) -> None:
+    placement_groups = of_type(every_type, "AWS::EC2::PlacementGroup")
+    assert len(placement_groups) == len(EXPECTED_LAYOUTS)
+    assert {p["Properties"]["Strategy"] for p in placement_groups.values()} == {"cluster"}
+    for instance_type in EXPECTED_LAYOUTS:
+        _, data = _group(every_type, instance_type.split(".")[0])
+        assert data["Placement"]["GroupName"]["Ref"] in placement_groups
+        assert "CapacityReservationSpecification" not in data
+        assert "InstanceMarketOptions" not in data
+
+
+def test_reservation_targets_the_odcr_without_a_placement_group(reserved: dict[str, Any]) -> None:
+    assert of_type(reserved, "AWS::EC2::PlacementGroup") == {}
+    ng, data = _group(reserved, "odcr")
+    assert "Placement" not in data
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": RESERVATION}
+    }
+    assert "InstanceMarketOptions" not in data
+    assert ng["CapacityType"] == "ON_DEMAND"
+
+
+def test_capacity_block_uses_its_market_type_and_capacity_type(reserved: dict[str, Any]) -> None:
+    ng, data = _group(reserved, "block")
+    assert "Placement" not in data
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0fedcba9876543210"}
+    }
+    assert ng["CapacityType"] == "CAPACITY_BLOCK"
+
+
+@pytest.mark.parametrize("instance_type", sorted(EXPECTED_LAYOUTS))
+def test_nvidia_ami_with_the_instance_type_in_the_launch_template(
+    every_type: dict[str, Any], instance_type: str
+) -> None:
+    """The aws_eks_v2 workaround: type in the launch template, never in InstanceTypes."""
+    ng, data = _group(every_type, instance_type.split(".")[0])
+    assert ng["AmiType"] == "AL2023_x86_64_NVIDIA"
+    assert "InstanceTypes" not in ng
+    assert data["InstanceType"] == instance_type
+
+
+def test_aws_eks_v2_still_refuses_nvidia_ami_with_p5_in_instance_types() -> None:
+    """Pins the bug the workaround exists for. If aws-cdk-lib fixes it, this fails: the
+    instance type can then move back into `instance_types`."""
+    stack = cdk.Stack(cdk.App(), "Probe")
+    vpc = ec2.Vpc(stack, "Vpc")
+    cluster = eks.Cluster(
+        stack,
+        "Cluster",
+        version=eks.KubernetesVersion.V1_36,
+        vpc=vpc,
+        default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+        default_capacity=0,
+    )
+    with pytest.raises(RuntimeError, match=r"The specified AMI does not match the instance types architecture"):
+        eks.Nodegroup(
+            stack,
+            "P5",
+            cluster=cluster,  # type: ignore[arg-type]
+            instance_types=[ec2.InstanceType("p5.48xlarge")],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+        )
+
+
+def test_one_subnet_in_the_gpu_zone(resources: dict[str, Any]) -> None:
+    template = resources["prod"]
+    gpu_az = ENVIRONMENTS["prod"].gpu_availability_zone
+    subnets = of_type(template, "AWS::EC2::Subnet")
+    for group in ENVIRONMENTS["prod"].gpu_node_groups:
+        ng, _ = _group(template, group.name)
+        assert len(ng["Subnets"]) == 1
+        subnet = subnets[ng["Subnets"][0]["Ref"]]["Properties"]
+        assert subnet["AvailabilityZone"] == gpu_az
+        assert {"Key": "aws-cdk:subnet-type", "Value": "Private"} in subnet["Tags"]
+
+
+def test_taint_and_labels(resources: dict[str, Any], env_name: str) -> None:
+    for group in ENVIRONMENTS[env_name].gpu_node_groups:
+        ng, _ = _group(resources[env_name], group.name)
+        assert ng["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}]
+        assert ng["Labels"]["role"] == "gpu-worker"
+        assert ng["Labels"]["nvidia.com/gpu.present"] == "true"
+        assert ng["Labels"]["platform/instance-type"] == group.instance_type
+
+
+def test_sizes_repair_and_updates(resources: dict[str, Any], env_name: str) -> None:
+    for group in ENVIRONMENTS[env_name].gpu_node_groups:
+        ng, _ = _group(resources[env_name], group.name)
+        assert ng["ScalingConfig"] == {
+            "MinSize": group.scaling.min_size,
+            "DesiredSize": group.scaling.desired_size,
+            "MaxSize": group.scaling.max_size,
+        }
+        assert ng["NodeRepairConfig"] == {"Enabled": True}
+        assert ng["UpdateConfig"] == {"MaxUnavailable": 1}
+
+
+def test_imds_and_root_volume(resources: dict[str, Any], env_name: str) -> None:
+    for group in ENVIRONMENTS[env_name].gpu_node_groups:
+        _, data = _group(resources[env_name], group.name)
+        assert data["MetadataOptions"] == {
+            "HttpEndpoint": "enabled",
+            "HttpPutResponseHopLimit": 2,
+            "HttpTokens": "required",
+        }
+        ebs = data["BlockDeviceMappings"][0]["Ebs"]
+        assert ebs["VolumeType"] == "gp3"
+        assert ebs["VolumeSize"] >= 200
+        assert ebs["Encrypted"] is True
+
+
+def test_nvme_raid0_nodeconfig_in_user_data(resources: dict[str, Any], env_name: str) -> None:
+    for group in ENVIRONMENTS[env_name].gpu_node_groups:
+        _, data = _group(resources[env_name], group.name)
+        user_data = data["UserData"]["Fn::Base64"]
+        assert "Content-Type: multipart/mixed" in user_data
+        assert "Content-Type: application/node.eks.aws" in user_data
+        assert "kind: NodeConfig" in user_data
+        assert "strategy: RAID0" in user_data
+        # Round-trips as base64 the way EC2 will receive it.
+        assert base64.b64decode(base64.b64encode(user_data.encode())).decode() == user_data
+
+
+def test_gpu_groups_wait_for_network_addons_but_coredns_does_not_wait_for_them(
+    resources: dict[str, Any], env_name: str
+) -> None:
+    template = resources[env_name]
+    addons = {a["Properties"]["AddonName"]: k for k, a in of_type(template, "AWS::EKS::Addon").items()}
+    coredns_deps = template["Resources"][addons["coredns"]]["DependsOn"]
+    for logical_id, ng in of_type(template, "AWS::EKS::Nodegroup").items():
+        if ng["Properties"]["AmiType"] != "AL2023_x86_64_NVIDIA":
+            continue
+        assert addons["vpc-cni"] in ng["DependsOn"]
+        assert logical_id not in coredns_deps
+
+
+def test_prod_and_dev_groups(resources: dict[str, Any]) -> None:
+    prod = {n["Properties"]["NodegroupName"] for n in of_type(resources["prod"], "AWS::EKS::Nodegroup").values()}
+    dev = {n["Properties"]["NodegroupName"] for n in of_type(resources["dev"], "AWS::EKS::Nodegroup").values()}
+    assert prod == {"ml-prod-system", "ml-prod-p5", "ml-prod-g6"}
+    assert dev == {"ml-dev-system", "ml-dev-g6"}
+
+
+# Bad input: clear error, nothing synthesized.
+
+
+def test_more_efa_interfaces_than_the_type_allows() -> None:
+    with pytest.raises(ConfigError) as err:
+        GpuNodeGroupConfig(name="g6", instance_type="g6.12xlarge", scaling=ONE, efa_interfaces=2)
+    assert "gpu_node_groups[g6].efa_interfaces=2" in str(err.value)
+    assert "1 to 1" in str(err.value)
+
+
+def test_fewer_efa_interfaces_shrink_the_layout() -> None:
+    config = GpuNodeGroupConfig(name="p5", instance_type="p5.48xlarge", scaling=ONE, efa_interfaces=4)
+    assert config.efa_interface_count == 4
+
+
+def test_capacity_block_without_reservation_id() -> None:
+    with pytest.raises(ConfigError, match=r"capacity.reservation_id=None"):
+        Capacity(kind=CapacityKind.CAPACITY_BLOCK)
+
+
+def test_malformed_reservation_id() -> None:
+    with pytest.raises(ConfigError, match=r"capacity.reservation_id='cr-xyz'"):
+        Capacity(kind=CapacityKind.RESERVATION, reservation_id="cr-xyz")
+
+
+def test_reservation_id_on_plain_on_demand_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"set kind=CapacityKind.RESERVATION"):
+        Capacity(reservation_id=RESERVATION)
+
+
+def test_root_volume_too_small() -> None:
+    with pytest.raises(ConfigError, match=r"gpu_node_groups\[p5\].root_volume_gib=100"):
+        GpuNodeGroupConfig(name="p5", instance_type="p5.48xlarge", scaling=ONE, root_volume_gib=100)
+
+
+def test_group_spanning_several_subnets_is_refused() -> None:
+    stage = PlatformStage(cdk.App(context=cdk_json_context()), "span", environment=ENVIRONMENTS["dev"])
+    stack = stage.stack
+    with pytest.raises(ConfigError) as err:
+        EfaNodeGroup(
+            stack,
+            "Spanning",
+            cluster=stack.cluster.icluster,
+            cluster_security_group_id=stack.cluster.cluster.cluster_security_group_id,
+            vpc=stack.network.vpc,
+            subnets=stack.network.private_subnets,  # every AZ, not the GPU zone
+            config=ENVIRONMENTS["dev"].gpu_node_groups[0],
+            nodegroup_name="span",
+        )
+    assert "gpu_node_groups[g6].subnets=['us-west-2a', 'us-west-2b']" in str(err.value)
+    assert "EFA traffic does not cross availability zones" in str(err.value)
