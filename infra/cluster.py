@@ -14,7 +14,7 @@ from constructs import Construct
 
 from infra.logs import retention_days
 from infra.spec import ClusterConfig, EndpointAccess
-from infra.spec.versions import KUBERNETES_VERSION, MANAGED_ADDONS
+from infra.spec.versions import CORE_ADDONS, KUBERNETES_VERSION, MANAGED_ADDONS
 
 ALL_LOG_TYPES = (
     eks.ClusterLoggingTypes.API,
@@ -121,10 +121,10 @@ class EksCluster(Construct):
                 f"Addon-{name}",
                 cluster=self.icluster,
                 addon_name=name,
-                addon_version=version,
+                addon_version=MANAGED_ADDONS[name],
                 preserve_on_delete=False,
             )
-            for name, version in MANAGED_ADDONS.items()
+            for name in CORE_ADDONS
         }
 
     def order_before(self, nodegroup: eks.Nodegroup) -> None:

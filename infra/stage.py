@@ -6,6 +6,7 @@ from aws_cdk import CfnOutput, Stack, Stage, Tags
 from aws_cdk import Environment as CdkEnvironment
 from constructs import Construct
 
+from infra.addons.stack import ClusterAddOns
 from infra.cluster import EksCluster
 from infra.network import Network
 from infra.nodegroups.efa import EfaNodeGroup
@@ -50,6 +51,16 @@ class PlatformStack(Stack):
         }
         for gpu in self.gpu_nodes.values():
             self.cluster.order_before(gpu.nodegroup)
+
+        self.add_ons = ClusterAddOns(
+            self,
+            "AddOns",
+            environment=environment,
+            cluster=self.cluster,
+            network=self.network,
+            system_nodes=self.system_nodes.nodegroup,
+            gpu_nodegroups=[gpu.nodegroup for gpu in self.gpu_nodes.values()],
+        )
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster.cluster_name)
         CfnOutput(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -29,3 +30,34 @@ def nodegroup(template_json: dict[str, Any], suffix: str) -> tuple[str, dict[str
 def launch_template_of(template_json: dict[str, Any], nodegroup_props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     lt_id = nodegroup_props["LaunchTemplate"]["Id"]["Ref"]
     return lt_id, template_json["Resources"][lt_id]
+
+
+def render_manifest(manifest_property: Any) -> list[dict[str, Any]]:
+    """A KubernetesResource's Manifest property as objects; CloudFormation tokens become '<token>'."""
+    if isinstance(manifest_property, str):
+        text = manifest_property
+    else:
+        parts = manifest_property["Fn::Join"][1]
+        text = "".join(part if isinstance(part, str) else "<token>" for part in parts)
+    objects: list[dict[str, Any]] = json.loads(text)
+    return objects
+
+
+def kubernetes_objects(template_json: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Every Kubernetes object CDK applies, by logical id of the manifest resource."""
+    return {
+        logical_id: render_manifest(res["Properties"]["Manifest"])
+        for logical_id, res in of_type(template_json, "Custom::AWSCDK-EKS-KubernetesResource").items()
+    }
+
+
+def helm_charts(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Helm releases by chart name, with Values parsed."""
+    charts = {}
+    for logical_id, res in of_type(template_json, "Custom::AWSCDK-EKS-HelmChart").items():
+        props = dict(res["Properties"])
+        props["Values"] = json.loads(props.get("Values", "{}"))
+        props["LogicalId"] = logical_id
+        props["DependsOn"] = res.get("DependsOn", [])
+        charts[props["Chart"]] = props
+    return charts

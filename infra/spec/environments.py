@@ -318,6 +318,64 @@ def _gpu_efa_types() -> list[str]:
     return sorted(n for n, s in INSTANCE_TYPES.items() if s.gpu is not None and s.efa is not None)
 
 
+class LustreDeployment(Enum):
+    # Persistent, replicated within the AZ: checkpoints survive a file-server failure.
+    PERSISTENT_2 = "PERSISTENT_2"
+    # Cheaper, no replication: for dev, where a lost checkpoint costs minutes.
+    SCRATCH_2 = "SCRATCH_2"
+
+
+# FSx for Lustre API rules (FSx Lustre user guide, "Storage capacity"): 1200 GiB, 2400 GiB,
+# then steps of 2400 GiB; PERSISTENT_2 throughput per TiB is one of these.
+_PERSISTENT_2_THROUGHPUT = (125, 250, 500, 1000)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointStorageConfig:
+    """An FSx for Lustre file system in the GPU zone, mounted by jobs through a claim."""
+
+    deployment: LustreDeployment = LustreDeployment.PERSISTENT_2
+    storage_capacity_gib: int = 2400
+    # MB/s per TiB; PERSISTENT_2 only.
+    throughput_per_tib: int | None = 250
+    claim_name: str = "checkpoints"
+
+    def __post_init__(self) -> None:
+        gib = self.storage_capacity_gib
+        if not (gib in (1200, 2400) or (gib > 2400 and gib % 2400 == 0)):
+            raise ConfigError(
+                "add_ons.checkpoint_storage.storage_capacity_gib",
+                gib,
+                "1200, 2400 or a multiple of 2400 GiB (the FSx for Lustre sizes)",
+            )
+        if self.deployment is LustreDeployment.PERSISTENT_2:
+            if self.throughput_per_tib not in _PERSISTENT_2_THROUGHPUT:
+                raise ConfigError(
+                    "add_ons.checkpoint_storage.throughput_per_tib",
+                    self.throughput_per_tib,
+                    ", ".join(map(str, _PERSISTENT_2_THROUGHPUT)) + " MB/s/TiB for PERSISTENT_2",
+                )
+        elif self.throughput_per_tib is not None:
+            raise ConfigError(
+                "add_ons.checkpoint_storage.throughput_per_tib",
+                self.throughput_per_tib,
+                "None for SCRATCH_2 (its throughput is fixed)",
+            )
+        if not _DNS_LABEL.match(self.claim_name):
+            raise ConfigError("add_ons.checkpoint_storage.claim_name", self.claim_name, "a DNS label")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddOnsConfig:
+    """Which cluster add-ons an environment gets; versions live in infra/spec/versions.py."""
+
+    nvidia_device_plugin: bool = True
+    efa_device_plugin: bool = True
+    kuberay_operator: bool = True
+    node_monitoring_agent: bool = True
+    checkpoint_storage: CheckpointStorageConfig | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Environment:
     name: str
@@ -328,6 +386,7 @@ class Environment:
     # EFA traffic cannot cross AZs: every GPU group of the environment lives in this one zone.
     gpu_availability_zone: str
     gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = ()
+    add_ons: AddOnsConfig = field(default_factory=AddOnsConfig)
     # Filled by app.py from context or CDK_DEFAULT_ACCOUNT; None keeps the stack account-agnostic.
     account: str | None = None
     tags: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -356,10 +415,31 @@ class Environment:
         names = [g.name for g in self.gpu_node_groups]
         if len(set(names)) != len(names):
             raise ConfigError("gpu_node_groups.name", names, "distinct group names")
+        self._check_add_on_prerequisites()
         # Imported here: addressing reads Environment, so it cannot be imported at module top.
         from infra.spec.addressing import check_address_budget
 
         check_address_budget(self)
+
+    def _check_add_on_prerequisites(self) -> None:
+        if self.gpu_node_groups:
+            return
+        needs_gpu_groups = {
+            "add_ons.checkpoint_storage": (
+                self.add_ons.checkpoint_storage is not None,
+                "the file system is placed in the GPU node groups' zone",
+            ),
+            "add_ons.nvidia_device_plugin": (self.add_ons.nvidia_device_plugin, "it runs only on GPU nodes"),
+            "add_ons.efa_device_plugin": (self.add_ons.efa_device_plugin, "it runs only on EFA GPU nodes"),
+        }
+        for name, (enabled, why) in needs_gpu_groups.items():
+            if enabled:
+                raise ConfigError(
+                    name,
+                    "enabled",
+                    f"disabled while the environment has no GPU node group ({why})",
+                    "add a GPU node group or disable the add-on",
+                )
 
 
 def _dev() -> Environment:
@@ -385,6 +465,8 @@ def _dev() -> Environment:
                 name="g6", instance_type="g6.12xlarge", scaling=Scaling(min_size=0, desired_size=2, max_size=2)
             ),
         ),
+        # No FSx in dev: Ray Train checkpoints go to the Ray storage path.
+        add_ons=AddOnsConfig(checkpoint_storage=None),
     )
 
 
@@ -412,6 +494,11 @@ def _prod() -> Environment:
             GpuNodeGroupConfig(
                 name="g6", instance_type="g6.12xlarge", scaling=Scaling(min_size=0, desired_size=2, max_size=4)
             ),
+        ),
+        add_ons=AddOnsConfig(
+            checkpoint_storage=CheckpointStorageConfig(
+                deployment=LustreDeployment.PERSISTENT_2, storage_capacity_gib=4800, throughput_per_tib=250
+            )
         ),
     )
 

@@ -7,8 +7,10 @@ workload charts refer to them by name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from infra.spec.errors import ConfigError
+from infra.spec.versions import POD_SECURITY_VERSION
 
 PSS_LEVELS = ("privileged", "baseline", "restricted")
 
@@ -51,4 +53,47 @@ TRAINING = NamespaceSpec(
     warn="baseline",
 )
 
+# The KubeRay operator's own namespace (created by CDK before its Helm chart).
+KUBERAY = NamespaceSpec(
+    name="kuberay-system",
+    purpose="KubeRay operator",
+    enforce="baseline",
+    warn="restricted",
+)
+
+# Where workloads run: emitted by the cdk8s chart and applied by CDK (the FSx claim lives here).
 TRAINING_NAMESPACES: tuple[NamespaceSpec, ...] = (RAY, TRAINING)
+
+PSS = "pod-security.kubernetes.io"
+
+
+def pod_security_labels(spec: NamespaceSpec) -> dict[str, str]:
+    return {
+        f"{PSS}/enforce": spec.enforce,
+        f"{PSS}/enforce-version": POD_SECURITY_VERSION,
+        f"{PSS}/warn": spec.warn,
+        f"{PSS}/warn-version": POD_SECURITY_VERSION,
+        f"{PSS}/audit": spec.warn,
+        f"{PSS}/audit-version": POD_SECURITY_VERSION,
+    }
+
+
+def namespace_labels(spec: NamespaceSpec, environment: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/part-of": "ml-platform",
+        "platform/environment": environment,
+        **pod_security_labels(spec),
+    }
+
+
+def namespace_manifest(spec: NamespaceSpec, environment: str) -> dict[str, Any]:
+    """The Namespace object, identical whether CDK applies it or cdk8s emits it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": spec.name,
+            "labels": namespace_labels(spec, environment),
+            "annotations": {"platform/purpose": spec.purpose},
+        },
+    }

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 
 # The control plane and the kubectl layer move together: the layer package
 # `aws-cdk-lambda-layer-kubectl-v36` (requirements.txt) must match this minor.
 KUBERNETES_VERSION = "1.36"
 
-# EKS managed add-ons, pinned. These are the versions an EKS 1.36 cluster resolved to
-# (vpc-cni >= 1.18.4 is also what EFA-only interfaces need). Check a candidate with
+# EKS managed add-ons, pinned. The first four are the versions an EKS 1.36 cluster resolved
+# to (vpc-cni >= 1.18.4 is also what EFA-only interfaces need); the last two were taken from
+# published configurations. Confirm a candidate before bumping it with
 #   aws eks describe-addon-versions --kubernetes-version 1.36 --addon-name NAME
 MANAGED_ADDONS: MappingProxyType[str, str] = MappingProxyType(
     {
@@ -17,6 +19,38 @@ MANAGED_ADDONS: MappingProxyType[str, str] = MappingProxyType(
         "coredns": "v1.14.3-eksbuild.16",
         "kube-proxy": "v1.36.0-eksbuild.21",
         "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
+        "aws-fsx-csi-driver": "v1.9.0-eksbuild.1",
+        "eks-node-monitoring-agent": "v1.4.0-eksbuild.2",
+    }
+)
+
+# Created with the cluster itself (infra/cluster.py); the rest are add-on modules.
+CORE_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+
+
+# KubeRay: the operator chart and the CRDs vendored in k8s/crds/kuberay-v<version>/ that the
+# workload charts are typed and validated against must be the same release.
+KUBERAY_VERSION = "1.7.0"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HelmChartPin:
+    repository: str
+    chart: str
+    version: str
+
+
+HELM_CHARTS: MappingProxyType[str, HelmChartPin] = MappingProxyType(
+    {
+        "nvidia-device-plugin": HelmChartPin(
+            repository="https://nvidia.github.io/k8s-device-plugin", chart="nvidia-device-plugin", version="0.20.0"
+        ),
+        "aws-efa-k8s-device-plugin": HelmChartPin(
+            repository="https://aws.github.io/eks-charts", chart="aws-efa-k8s-device-plugin", version="v0.5.32"
+        ),
+        "kuberay-operator": HelmChartPin(
+            repository="https://ray-project.github.io/kuberay-helm/", chart="kuberay-operator", version=KUBERAY_VERSION
+        ),
     }
 )
 

@@ -6,21 +6,7 @@ import cdk8s
 import cdk8s_plus_36 as kplus
 from constructs import Construct
 
-from infra.spec.namespaces import NamespaceSpec
-from infra.spec.versions import POD_SECURITY_VERSION
-
-PSS = "pod-security.kubernetes.io"
-
-
-def pod_security_labels(spec: NamespaceSpec) -> dict[str, str]:
-    return {
-        f"{PSS}/enforce": spec.enforce,
-        f"{PSS}/enforce-version": POD_SECURITY_VERSION,
-        f"{PSS}/warn": spec.warn,
-        f"{PSS}/warn-version": POD_SECURITY_VERSION,
-        f"{PSS}/audit": spec.warn,
-        f"{PSS}/audit-version": POD_SECURITY_VERSION,
-    }
+from infra.spec.namespaces import NamespaceSpec, namespace_manifest
 
 
 class NamespacesChart(cdk8s.Chart):
@@ -28,19 +14,13 @@ class NamespacesChart(cdk8s.Chart):
         self, scope: Construct, construct_id: str, *, environment: str, namespaces: tuple[NamespaceSpec, ...]
     ) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
-        self.namespaces = {
-            spec.name: kplus.Namespace(
+        self.namespaces = {}
+        for spec in namespaces:
+            metadata = namespace_manifest(spec, environment)["metadata"]
+            self.namespaces[spec.name] = kplus.Namespace(
                 self,
                 spec.name,
                 metadata=cdk8s.ApiObjectMetadata(
-                    name=spec.name,
-                    labels={
-                        "app.kubernetes.io/part-of": "ml-platform",
-                        "platform/environment": environment,
-                        **pod_security_labels(spec),
-                    },
-                    annotations={"platform/purpose": spec.purpose},
+                    name=metadata["name"], labels=metadata["labels"], annotations=metadata["annotations"]
                 ),
             )
-            for spec in namespaces
-        }

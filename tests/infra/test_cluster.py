@@ -10,7 +10,7 @@ from aws_cdk.assertions import Template
 
 from infra.cluster import ADDONS_BEFORE_NODES, CLUSTER_ADMIN_POLICY
 from infra.spec import ENVIRONMENTS, ClusterConfig, EndpointAccess
-from infra.spec.versions import KUBERNETES_VERSION, MANAGED_ADDONS
+from infra.spec.versions import CORE_ADDONS, KUBERNETES_VERSION, MANAGED_ADDONS
 from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context
 from tests.helpers import nodegroup, of_type, only
@@ -103,8 +103,9 @@ def test_managed_addons_pinned(resources: dict[str, Any], env_name: str) -> None
         a["Properties"]["AddonName"]: a["Properties"].get("AddonVersion")
         for a in of_type(resources[env_name], "AWS::EKS::Addon").values()
     }
-    assert addons == dict(MANAGED_ADDONS)
-    assert set(addons) == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
+    core = {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
+    assert core == set(CORE_ADDONS)
+    assert {name: addons[name] for name in core} == {name: MANAGED_ADDONS[name] for name in core}
     for version in addons.values():
         assert version
         assert version.startswith("v")

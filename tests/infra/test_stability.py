@@ -24,12 +24,16 @@ STATEFUL_LOGICAL_IDS = {
     "SystemNodesNodegroup3B4985D9": "AWS::EKS::Nodegroup",
 }
 
+# prod only: the checkpoint file system holds every saved training state.
+STATEFUL_PROD_ONLY = {"AddOnsCheckpointStorageFileSystemA70D8405": "AWS::FSx::FileSystem"}
+
 _ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 def test_stateful_logical_ids_are_pinned(resources: dict[str, Any], env_name: str) -> None:
     found = {k: v["Type"] for k, v in resources[env_name]["Resources"].items()}
-    for logical_id, cfn_type in STATEFUL_LOGICAL_IDS.items():
+    expected = {**STATEFUL_LOGICAL_IDS, **(STATEFUL_PROD_ONLY if env_name == "prod" else {})}
+    for logical_id, cfn_type in expected.items():
         assert found.get(logical_id) == cfn_type, f"{logical_id} ({cfn_type}) moved or vanished"
 
 

@@ -1,0 +1,179 @@
+"""Checkpoint storage: FSx for Lustre in the GPU zone, its CSI driver, and the claim jobs mount.
+
+The file system is created here and bound statically (PersistentVolume with its id, DNS
+name and mount name), so the CSI controller only ever describes it; a claim in the training
+namespace binds to exactly that volume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IDependable
+
+from infra.spec import CheckpointStorageConfig, LustreDeployment
+from infra.spec.namespaces import TRAINING
+from infra.spec.versions import MANAGED_ADDONS
+
+ADDON = "aws-fsx-csi-driver"
+CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
+STORAGE_CLASS = "fsx-lustre-static"
+# Lustre clients reach the file servers on TCP 988 and 1018-1023 (FSx Lustre user guide,
+# "File system access control with Amazon VPC").
+LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
+
+
+class FsxCheckpointStorage(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        icluster: eks.ICluster,
+        vpc: ec2.IVpc,
+        subnet: ec2.ISubnet,
+        config: CheckpointStorageConfig,
+        environment: str,
+        after: Sequence[IDependable],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+
+        # Only the nodes (every managed node carries the cluster security group) and the
+        # file servers themselves may speak Lustre to the file system.
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="FSx for Lustre checkpoints: Lustre from the cluster nodes only",
+            allow_all_outbound=False,
+        )
+        node_sg = ec2.Peer.security_group_id(cluster.cluster_security_group_id)
+        for port in LUSTRE_PORTS:
+            self.security_group.add_ingress_rule(node_sg, port, "Lustre from cluster nodes")
+            self.security_group.add_ingress_rule(self.security_group, port, "Lustre between file servers")
+            self.security_group.add_egress_rule(self.security_group, port, "Lustre between file servers")
+            self.security_group.add_egress_rule(node_sg, port, "Lustre to cluster nodes")
+
+        # The L1 resource: the L2 LustreFileSystem opens 988-1023 within its group on its
+        # own, and the rules here should be exactly the Lustre ports.
+        self.file_system = fsx.CfnFileSystem(
+            self,
+            "FileSystem",
+            file_system_type="LUSTRE",
+            file_system_type_version="2.15",
+            storage_capacity=config.storage_capacity_gib,
+            subnet_ids=[subnet.subnet_id],
+            security_group_ids=[self.security_group.security_group_id],
+            lustre_configuration=fsx.CfnFileSystem.LustreConfigurationProperty(
+                deployment_type=config.deployment.value,
+                per_unit_storage_throughput=(
+                    config.throughput_per_tib if config.deployment is LustreDeployment.PERSISTENT_2 else None
+                ),
+                data_compression_type="LZ4",
+            ),
+        )
+        self.file_system.apply_removal_policy(RemovalPolicy.RETAIN)
+
+        # Pod Identity for the CSI controller: static volumes need describe only.
+        self.controller_role = iam.Role(
+            self,
+            "ControllerRole",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            description="FSx CSI controller (EKS Pod Identity): describe the checkpoint file system",
+        )
+        self.controller_role.add_to_policy(iam.PolicyStatement(actions=["fsx:DescribeFileSystems"], resources=["*"]))
+        self.pod_identity = eks.CfnPodIdentityAssociation(
+            self,
+            "PodIdentity",
+            cluster_name=cluster.cluster_name,
+            namespace="kube-system",
+            service_account=CONTROLLER_SERVICE_ACCOUNT,
+            role_arn=self.controller_role.role_arn,
+        )
+        self.addon = eks.Addon(
+            self, "CsiDriver", cluster=icluster, addon_name=ADDON, addon_version=MANAGED_ADDONS[ADDON]
+        )
+        self.addon.node.add_dependency(self.pod_identity)
+        for dependency in after:
+            self.addon.node.add_dependency(dependency)
+
+        self.volume_name = f"{environment}-{config.claim_name}"
+        self.claim = eks.KubernetesManifest(
+            self,
+            "Claim",
+            cluster=icluster,
+            manifest=self.manifests(availability_zone=subnet.availability_zone),
+            overwrite=True,
+        )
+        self.claim.node.add_dependency(self.addon)
+        self.claim.node.add_dependency(self.file_system)
+
+    def manifests(self, *, availability_zone: str) -> list[dict[str, Any]]:
+        capacity = f"{self.config.storage_capacity_gib}Gi"
+        return [
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": STORAGE_CLASS},
+                "provisioner": "fsx.csi.aws.com",
+                "reclaimPolicy": "Retain",
+                "volumeBindingMode": "Immediate",
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": self.volume_name},
+                "spec": {
+                    "capacity": {"storage": capacity},
+                    "volumeMode": "Filesystem",
+                    "accessModes": ["ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": STORAGE_CLASS,
+                    "mountOptions": ["flock"],
+                    "csi": {
+                        "driver": "fsx.csi.aws.com",
+                        "volumeHandle": self.file_system.ref,
+                        "volumeAttributes": {
+                            "dnsname": self.file_system.attr_dns_name,
+                            "mountname": self.file_system.attr_lustre_mount_name,
+                        },
+                    },
+                    # One file system lives in one AZ; the driver gives the scheduler no
+                    # topology of its own, so the volume says where it can be mounted.
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "topology.kubernetes.io/zone",
+                                            "operator": "In",
+                                            "values": [availability_zone],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": self.config.claim_name, "namespace": TRAINING.name},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": STORAGE_CLASS,
+                    "volumeName": self.volume_name,
+                    "resources": {"requests": {"storage": capacity}},
+                },
+            },
+        ]

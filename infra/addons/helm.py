@@ -1,0 +1,49 @@
+"""The one way add-ons install a Helm chart: pinned version from the spec, explicit values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aws_cdk import Duration
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct, IDependable
+
+from infra.spec.versions import HELM_CHARTS
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+SYSTEM_NODE_SELECTOR = {"role": "system"}
+
+
+def pinned_chart(
+    scope: Construct,
+    construct_id: str,
+    *,
+    cluster: eks.ICluster,
+    name: str,
+    namespace: str,
+    values: Mapping[str, Any],
+    create_namespace: bool,
+    after: Sequence[IDependable] = (),
+) -> eks.HelmChart:
+    pin = HELM_CHARTS[name]
+    chart = eks.HelmChart(
+        scope,
+        construct_id,
+        cluster=cluster,
+        chart=pin.chart,
+        repository=pin.repository,
+        version=pin.version,
+        release=name,
+        namespace=namespace,
+        create_namespace=create_namespace,
+        values=dict(values),
+        # Roll back a failed install instead of leaving a half-applied release.
+        atomic=True,
+        wait=True,
+        timeout=Duration.minutes(10),
+    )
+    for dependency in after:
+        chart.node.add_dependency(dependency)
+    return chart

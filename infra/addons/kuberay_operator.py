@@ -1,0 +1,63 @@
+"""KubeRay operator on the system nodes, in its own namespace, reachable only in-cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct, IDependable
+
+from infra.addons.helm import SYSTEM_NODE_SELECTOR, pinned_chart
+from infra.spec.namespaces import KUBERAY
+
+CHART = "kuberay-operator"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeRayOperatorProps:
+    namespace: str = KUBERAY.name
+    # Sized for a few hundred RayClusters on an m7i.xlarge (4 vCPU, 16 GiB).
+    cpu_request: str = "100m"
+    memory_request: str = "512Mi"
+    cpu_limit: str = "1"
+    memory_limit: str = "1Gi"
+    extra_values: Mapping[str, Any] = field(default_factory=dict)
+
+
+def kuberay_values(props: KubeRayOperatorProps) -> dict[str, Any]:
+    return {
+        "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
+        "resources": {
+            "requests": {"cpu": props.cpu_request, "memory": props.memory_request},
+            "limits": {"cpu": props.cpu_limit, "memory": props.memory_limit},
+        },
+        # The operator's metrics service stays inside the cluster.
+        "service": {"type": "ClusterIP"},
+        **props.extra_values,
+    }
+
+
+class KubeRayOperator(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        props: KubeRayOperatorProps,
+        after: Sequence[IDependable],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.values = kuberay_values(props)
+        self.chart = pinned_chart(
+            self,
+            "Chart",
+            cluster=cluster,
+            name=CHART,
+            namespace=props.namespace,
+            values=self.values,
+            create_namespace=False,
+            after=after,
+        )
