@@ -11,6 +11,8 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP_PY := $(VENV)/.installed
 STAMP_NODE := node_modules/.installed
+CHECKOV_VENV := .venv-checkov
+STAMP_CHECKOV := $(CHECKOV_VENV)/.installed
 
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 # Synth must not reach the network: no version check, no telemetry, no upgrade nag.
@@ -21,11 +23,12 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install synth synth-cdk synth-k8s test lint typecheck fmt bench clean lock
+.PHONY: help install synth synth-cdk synth-k8s check test lint typecheck fmt bench clean lock
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
-	@echo "make test    lint, type check and the pytest suite"
+	@echo "make test    lint, type check, the gates (make check) and the pytest suite"
+	@echo "make check   security and validation gates over cdk.out/ and dist/ (runs synth first)"
 	@echo "make bench   synth time per environment and test-suite time (medians)"
 	@echo "make clean   remove cdk.out/ and dist/ (keeps the toolchain)"
 
@@ -40,7 +43,12 @@ $(STAMP_NODE): package.json package-lock.json $(STAMP_PY)
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-install: $(STAMP_PY) $(STAMP_NODE)
+$(STAMP_CHECKOV): requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements-checkov.txt
+	touch $@
+
+install: $(STAMP_PY) $(STAMP_NODE) $(STAMP_CHECKOV)
 
 synth: synth-cdk synth-k8s
 
@@ -57,7 +65,10 @@ lint: install
 typecheck: install
 	mypy
 
-test: lint typecheck
+check: synth
+	python -m gates
+
+test: lint typecheck check
 	pytest
 
 fmt: install

@@ -63,9 +63,26 @@ class Network(Construct):
             # ours is exposed, so the tag goes (a Remove outranks the cluster's Add).
             Tags.of(subnet).remove("kubernetes.io/role/elb")
 
+        # One group for all interface endpoints: HTTPS from the VPC's own range (the literal
+        # CIDR, so the rule is checkable at synth), no egress.
+        self.endpoint_security_group = ec2.SecurityGroup(
+            self,
+            "EndpointSecurityGroup",
+            vpc=self.vpc,
+            description="VPC interface endpoints: HTTPS from inside the VPC",
+            allow_all_outbound=False,
+        )
+        self.endpoint_security_group.add_ingress_rule(
+            ec2.Peer.ipv4(config.cidr), ec2.Port.tcp(443), "HTTPS from the VPC"
+        )
         self.endpoints = {
             name: self.vpc.add_interface_endpoint(
-                name, service=service, subnets=self.private_subnets, private_dns_enabled=True
+                name,
+                service=service,
+                subnets=self.private_subnets,
+                private_dns_enabled=True,
+                security_groups=[self.endpoint_security_group],
+                open=False,
             )
             for name, service in INTERFACE_ENDPOINTS.items()
         }

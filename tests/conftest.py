@@ -22,10 +22,25 @@ def cdk_json_context() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def stages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PlatformStage]:
-    app, built = create_app(context=cdk_json_context(), environ={}, outdir=str(tmp_path_factory.mktemp("cdk.out")))
+def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cdk.out")
+
+
+@pytest.fixture(scope="session")
+def stages(cdk_out: Path) -> dict[str, PlatformStage]:
+    app, built = create_app(context=cdk_json_context(), environ={}, outdir=str(cdk_out))
     app.synth()
     return {stage.environment.name: stage for stage in built}
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Manifests of every environment, synthesized once (as `cdk8s synth` writes them)."""
+    from k8s.main import synth_all
+
+    out = tmp_path_factory.mktemp("dist")
+    synth_all(out)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -113,8 +113,8 @@ class FsxCheckpointStorage(Construct):
             manifest=self.manifests(availability_zone=subnet.availability_zone),
             overwrite=True,
         )
+        # (The file system is already ordered before it by the Ref to its id.)
         self.claim.node.add_dependency(self.addon)
-        self.claim.node.add_dependency(self.file_system)
 
     def manifests(self, *, availability_zone: str) -> list[dict[str, Any]]:
         capacity = f"{self.config.storage_capacity_gib}Gi"

@@ -102,11 +102,20 @@ def test_interface_endpoints_with_private_dns_in_private_subnets(resources: dict
         assert {ref["Ref"] for ref in props["SubnetIds"]} == private_ids
 
 
-def test_endpoint_security_groups_admit_only_the_vpc(resources: dict[str, Any], env_name: str) -> None:
+def test_endpoint_security_group_admits_https_from_the_vpc_only(resources: dict[str, Any], env_name: str) -> None:
     template = resources[env_name]
-    for sg in of_type(template, "AWS::EC2::SecurityGroup").values():
-        for rule in sg["Properties"].get("SecurityGroupIngress", []):
-            assert rule.get("CidrIp") != "0.0.0.0/0", sg
+    interfaces = [
+        e["Properties"]
+        for e in of_type(template, "AWS::EC2::VPCEndpoint").values()
+        if e["Properties"]["VpcEndpointType"] == "Interface"
+    ]
+    groups = {str(p["SecurityGroupIds"]) for p in interfaces}
+    assert len(groups) == 1
+    sg_id = interfaces[0]["SecurityGroupIds"][0]["Fn::GetAtt"][0]
+    ingress = template["Resources"][sg_id]["Properties"]["SecurityGroupIngress"]
+    assert [(r["IpProtocol"], r["FromPort"], r["ToPort"], r["CidrIp"]) for r in ingress] == [
+        ("tcp", 443, 443, ENVIRONMENTS[env_name].network.cidr)
+    ]
 
 
 def test_flow_logs_capture_all_traffic_to_a_retained_log_group(

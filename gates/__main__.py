@@ -1,0 +1,101 @@
+"""`python -m gates`: every gate over cdk.out/ and dist/; exit 0 clean, 1 findings, 2 could not run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import aws_cdk as cdk
+
+from gates import outputs
+from gates.cfn_lint import run_cfn_lint
+from gates.checkov_gate import run_checkov
+from gates.manifests import check_objects
+from gates.nag import run_nag
+from gates.report import Finding, GateError, GateResult
+from gates.templates import check_template
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _app_factory(outdir: str) -> tuple[cdk.App, Sequence[cdk.Stack]]:
+    import json
+
+    from app import create_app
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    app, stages = create_app(context=context, environ={}, outdir=outdir)
+    return app, [stage.stack for stage in stages]
+
+
+def gate_templates(cdk_out: Path, dist: Path) -> GateResult:
+    found = outputs.templates(cdk_out)
+    findings = [f for name, template in found.items() for f in check_template(name, template)]
+    return GateResult("templates", sum(len(t["Resources"]) for t in found.values()), findings)
+
+
+def gate_cfn_lint(cdk_out: Path, dist: Path) -> GateResult:
+    files = [cdk_out / name for name in outputs.templates(cdk_out)]
+    return GateResult("cfn-lint", len(files), run_cfn_lint(files))
+
+
+def gate_manifests(cdk_out: Path, dist: Path) -> GateResult:
+    objects = list(outputs.manifests(dist))
+    for name, template in outputs.templates(cdk_out).items():
+        objects += [(f"{name}:{where}", obj) for where, obj in outputs.template_manifests(template)]
+    return GateResult("manifests", len(objects), check_objects(objects))
+
+
+def gate_checkov(cdk_out: Path, dist: Path) -> GateResult:
+    passed, findings = run_checkov(dist)
+    return GateResult("checkov", passed + len(findings), findings)
+
+
+def gate_nag(cdk_out: Path, dist: Path) -> GateResult:
+    checked, findings, stale = run_nag(_app_factory)
+    findings += [
+        Finding("cdk-nag", ack.path, f"stale acknowledgment of {ack.rule}: it matches no construct") for ack in stale
+    ]
+    return GateResult("cdk-nag", checked, findings)
+
+
+GATES: dict[str, Callable[[Path, Path], GateResult]] = {
+    "templates": gate_templates,
+    "cfn-lint": gate_cfn_lint,
+    "manifests": gate_manifests,
+    "checkov": gate_checkov,
+    "cdk-nag": gate_nag,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gates", description=__doc__)
+    parser.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out")
+    parser.add_argument("--dist", type=Path, default=ROOT / "dist")
+    parser.add_argument("--only", choices=sorted(GATES), action="append", help="run only these gates")
+    args = parser.parse_args(argv)
+
+    results, broken = [], []
+    for name in args.only or GATES:
+        try:
+            results.append(GATES[name](args.cdk_out, args.dist))
+        except GateError as exc:
+            broken.append(f"{name}: {exc}")
+
+    print(f"{'gate':<10} {'checked':>8} {'findings':>9}  result")
+    for result in results:
+        print(f"{result.gate:<10} {result.checked:>8} {len(result.findings):>9}  {'PASS' if result.passed else 'FAIL'}")
+    for line in broken:
+        print(f"could not run: {line}", file=sys.stderr)
+    for result in results:
+        for finding in result.findings:
+            print(finding, file=sys.stderr)
+    if broken:
+        return 2
+    return 0 if all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

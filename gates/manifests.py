@@ -1,0 +1,139 @@
+"""Manifest rules: schemas (Kubernetes at the cluster version, KubeRay CRDs), pinned images,
+nothing exposed outside the cluster, Pod Security labels, container resources."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from gates.report import Finding
+from infra.spec.namespaces import PSS, PSS_LEVELS
+from infra.spec.versions import KUBERAY_VERSION, KUBERNETES_VERSION
+
+GATE = "manifests"
+ROOT = Path(__file__).resolve().parent.parent
+CRD_DIR = ROOT / "k8s" / "crds" / f"kuberay-v{KUBERAY_VERSION}"
+PINNED_IMAGE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+EXPOSED_SERVICE_TYPES = ("LoadBalancer", "NodePort")
+
+
+@functools.cache
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> strict JSON schema, from the vendored KubeRay CRDs."""
+    schemas = {}
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            if version.get("served"):
+                schemas[(f"{group}/{version['name']}", kind)] = _strict(version["schema"]["openAPIV3Schema"])
+    return schemas
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """Unknown fields are errors (as with kubectl --validate=strict), unless the CRD preserves them."""
+    schema = copy.deepcopy(schema)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if (
+                node.get("type") == "object"
+                and "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+            ):
+                node["additionalProperties"] = False
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return schema
+
+
+def _schema(obj: dict[str, Any]) -> Iterator[str]:
+    key = (obj.get("apiVersion", ""), obj.get("kind", ""))
+    if key in crd_schemas():
+        for error in sorted(jsonschema.Draft7Validator(crd_schemas()[key]).iter_errors(obj), key=str):
+            path = ".".join(str(p) for p in error.absolute_path) or "(root)"
+            yield f"{key[1]} does not match the KubeRay {KUBERAY_VERSION} CRD at {path}: {error.message}"
+        return
+    try:
+        kubernetes_validate.validate(obj, f"{KUBERNETES_VERSION}.0", strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        path = ".".join(str(p) for p in exc.path) or "(root)"
+        yield f"{key[1]} does not match the Kubernetes {KUBERNETES_VERSION} schema at {path}: {exc.message}"
+    except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
+        yield f"no Kubernetes {KUBERNETES_VERSION} schema for {key[0]} {key[1]}: {exc}"
+
+
+def _containers(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every container and init container anywhere in the object (pods, templates, Ray groups)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                for index, container in enumerate(value):
+                    if isinstance(container, dict):
+                        yield f"{path}.{key}[{index}]({container.get('name', '?')})", container
+            else:
+                yield from _containers(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _containers(value, f"{path}[{index}]")
+
+
+def _images(obj: dict[str, Any]) -> Iterator[str]:
+    for where, container in _containers(obj):
+        image = container.get("image", "")
+        if not PINNED_IMAGE.match(image):
+            yield f"image not pinned by digest at {where}: {image!r} (use name@sha256:<64 hex>; see `trainctl pin`)"
+
+
+def _resources(obj: dict[str, Any]) -> Iterator[str]:
+    for where, container in _containers(obj):
+        resources = container.get("resources", {})
+        for section in ("requests", "limits"):
+            missing = [r for r in ("cpu", "memory") if r not in resources.get(section, {})]
+            if missing:
+                yield f"container at {where} has no {section} for {', '.join(missing)}"
+
+
+def _exposure(obj: dict[str, Any]) -> Iterator[str]:
+    if obj.get("kind") == "Service" and obj.get("spec", {}).get("type") in EXPOSED_SERVICE_TYPES:
+        yield f"Service of type {obj['spec']['type']}: nothing may be exposed outside the cluster"
+    if obj.get("kind") in ("RayCluster", "RayJob"):
+        spec = obj.get("spec", {})
+        head = spec.get("headGroupSpec") or spec.get("rayClusterSpec", {}).get("headGroupSpec", {})
+        if head.get("serviceType") in EXPOSED_SERVICE_TYPES:
+            yield f"Ray head serviceType {head['serviceType']}: the dashboard and job API stay inside the cluster"
+
+
+def _pod_security(obj: dict[str, Any]) -> Iterator[str]:
+    if obj.get("kind") != "Namespace":
+        return
+    labels = obj.get("metadata", {}).get("labels", {})
+    for mode in ("enforce", "warn", "audit"):
+        if labels.get(f"{PSS}/{mode}") not in PSS_LEVELS:
+            yield f"namespace without a valid {PSS}/{mode} label"
+
+
+RULES = (_schema, _images, _resources, _exposure, _pod_security)
+
+
+def check_objects(objects: Iterable[tuple[str, dict[str, Any]]]) -> list[Finding]:
+    findings = []
+    for where, obj in objects:
+        label = f"{where} {obj.get('kind', '?')}/{obj.get('metadata', {}).get('name', '?')}"
+        for rule in RULES:
+            findings += [Finding(GATE, label, message) for message in rule(obj)]
+    return findings

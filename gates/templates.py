@@ -1,0 +1,76 @@
+"""The project's own CloudFormation rules, including the EKS properties cdk-nag cannot see
+on aws_eks_v2 clusters (its EKS1/EKS2 rules only recognise aws_eks)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gates.report import Finding
+
+GATE = "templates"
+OPEN = ("0.0.0.0/0", "::/0")
+CONTROL_PLANE_LOG_TYPES = {"api", "audit", "authenticator", "controllerManager", "scheduler"}
+
+Rule = Callable[[str, dict[str, Any], dict[str, Any]], Iterator[str]]
+
+
+def _open_ingress(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    if res["Type"] == "AWS::EC2::SecurityGroup":
+        rules = res.get("Properties", {}).get("SecurityGroupIngress", [])
+    elif res["Type"] == "AWS::EC2::SecurityGroupIngress":
+        rules = [res.get("Properties", {})]
+    else:
+        return
+    for rule in rules:
+        for key in ("CidrIp", "CidrIpv6"):
+            if rule.get(key) in OPEN:
+                yield f"security group ingress open to {rule[key]} (port {rule.get('FromPort', 'all')})"
+
+
+def _imdsv2(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    if res["Type"] != "AWS::EC2::LaunchTemplate":
+        return
+    options = res["Properties"].get("LaunchTemplateData", {}).get("MetadataOptions", {})
+    if options.get("HttpTokens") != "required":
+        yield "launch template does not require IMDSv2 (MetadataOptions.HttpTokens != required)"
+
+
+def _kms_rotation(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    if res["Type"] == "AWS::KMS::Key" and res.get("Properties", {}).get("EnableKeyRotation") is not True:
+        yield "KMS key without automatic rotation (EnableKeyRotation)"
+
+
+def _log_retention(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    if res["Type"] == "AWS::Logs::LogGroup" and "RetentionInDays" not in res.get("Properties", {}):
+        yield "log group without RetentionInDays (kept forever, billed forever)"
+
+
+def _eks_cluster(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    if res["Type"] != "AWS::EKS::Cluster":
+        return
+    props = res["Properties"]
+    vpc = props.get("ResourcesVpcConfig", {})
+    if vpc.get("EndpointPublicAccess", True):
+        cidrs = vpc.get("PublicAccessCidrs")
+        if not cidrs or any(c in OPEN for c in cidrs):
+            yield "public API endpoint without a restricted PublicAccessCidrs allow-list"
+    enabled = {t.get("Type") for t in props.get("Logging", {}).get("ClusterLogging", {}).get("EnabledTypes", [])}
+    missing = CONTROL_PLANE_LOG_TYPES - enabled
+    if missing:
+        yield f"control-plane log types not enabled: {', '.join(sorted(missing))}"
+    encrypted = [c for c in props.get("EncryptionConfig", []) if "secrets" in c.get("Resources", [])]
+    if not encrypted:
+        yield "Kubernetes secrets are not envelope-encrypted with a KMS key (EncryptionConfig)"
+
+
+RULES: tuple[Rule, ...] = (_open_ingress, _imdsv2, _kms_rotation, _log_retention, _eks_cluster)
+
+
+def check_template(name: str, template: dict[str, Any]) -> list[Finding]:
+    return [
+        Finding(GATE, f"{name}:{logical_id}", message)
+        for logical_id, res in template.get("Resources", {}).items()
+        for rule in RULES
+        for message in rule(logical_id, res, template)
+    ]

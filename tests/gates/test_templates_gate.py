@@ -1,0 +1,78 @@
+"""The template gate passes the real templates and fails each broken one, naming the problem."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gates import outputs
+from gates.templates import check_template
+
+
+def test_synthesized_templates_pass(cdk_out: Path, stages: dict[str, Any]) -> None:
+    found = outputs.templates(cdk_out)
+    assert len(found) == 2
+    for name, template in found.items():
+        assert check_template(name, template) == []
+
+
+def _one(resource: dict[str, Any]) -> list[str]:
+    return [f.message for f in check_template("t.json", {"Resources": {"R": resource}})]
+
+
+def test_open_security_group_ingress_fails() -> None:
+    sg = {
+        "Type": "AWS::EC2::SecurityGroup",
+        "Properties": {"SecurityGroupIngress": [{"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 22}]},
+    }
+    assert _one(sg) == ["security group ingress open to 0.0.0.0/0 (port 22)"]
+    rule = {"Type": "AWS::EC2::SecurityGroupIngress", "Properties": {"CidrIpv6": "::/0", "IpProtocol": "-1"}}
+    assert _one(rule) == ["security group ingress open to ::/0 (port all)"]
+
+
+def test_launch_template_without_imdsv2_fails() -> None:
+    lt = {"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {"MetadataOptions": {}}}}
+    assert "does not require IMDSv2" in _one(lt)[0]
+
+
+def test_kms_key_without_rotation_fails() -> None:
+    assert _one({"Type": "AWS::KMS::Key", "Properties": {}}) == [
+        "KMS key without automatic rotation (EnableKeyRotation)"
+    ]
+
+
+def test_log_group_without_retention_fails() -> None:
+    assert "without RetentionInDays" in _one({"Type": "AWS::Logs::LogGroup", "Properties": {}})[0]
+
+
+@pytest.fixture
+def cluster(resources: dict[str, Any]) -> dict[str, Any]:
+    found = [r for r in resources["prod"]["Resources"].values() if r["Type"] == "AWS::EKS::Cluster"]
+    return copy.deepcopy(found[0])
+
+
+def test_real_cluster_passes(cluster: dict[str, Any]) -> None:
+    assert _one(cluster) == []
+
+
+def test_public_endpoint_without_allow_list_fails(cluster: dict[str, Any]) -> None:
+    cluster["Properties"]["ResourcesVpcConfig"]["EndpointPublicAccess"] = True
+    assert _one(cluster) == ["public API endpoint without a restricted PublicAccessCidrs allow-list"]
+    cluster["Properties"]["ResourcesVpcConfig"]["PublicAccessCidrs"] = ["0.0.0.0/0"]
+    assert _one(cluster) == ["public API endpoint without a restricted PublicAccessCidrs allow-list"]
+    cluster["Properties"]["ResourcesVpcConfig"]["PublicAccessCidrs"] = ["203.0.113.0/24"]
+    assert _one(cluster) == []
+
+
+def test_missing_control_plane_log_type_fails(cluster: dict[str, Any]) -> None:
+    types = cluster["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"]
+    cluster["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"] = [t for t in types if t["Type"] != "audit"]
+    assert _one(cluster) == ["control-plane log types not enabled: audit"]
+
+
+def test_unencrypted_secrets_fail(cluster: dict[str, Any]) -> None:
+    del cluster["Properties"]["EncryptionConfig"]
+    assert "not envelope-encrypted" in _one(cluster)[0]
