@@ -1,0 +1,62 @@
+"""NCCL / libfabric environment for GPU containers, derived from the instance facts.
+
+Two profiles: `EFA` (what every workload gets) and `TCP_BASELINE`, which exists only for
+A/B benchmarks that measure what EFA buys. Every variable is written out explicitly in
+the manifest, so what a job ran with is visible in `kubectl get -o yaml`.
+
+Sources: NCCL environment-variable docs; aws-ofi-nccl `doc/efa-env-var.md`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from types import MappingProxyType
+
+from infra.spec.instances import InstanceType
+
+# aws-ofi-nccl registers its network as "Libfabric" from v1.11 and as "AWS Libfabric" before;
+# v1.11+ still accepts the old name, so it is the one value every plugin version matches.
+OFI_NETWORK_NAME = "AWS Libfabric"
+POD_INTERFACE = "eth0"
+
+
+class FabricProfile(Enum):
+    EFA = "efa"
+    TCP_BASELINE = "tcp-baseline"
+
+
+def fabric_env(instance: InstanceType, profile: FabricProfile = FabricProfile.EFA) -> MappingProxyType[str, str]:
+    """The variables for a container on `instance`, in a stable order."""
+    if instance.efa is None and profile is FabricProfile.EFA:
+        raise ValueError(f"{instance.name} has no EFA; only the {FabricProfile.TCP_BASELINE.value} profile applies")
+    env: dict[str, str] = {
+        # INFO with the INIT and NET subsystems prints exactly the network-selection lines the
+        # fabric analyzer reads ("Using network ...", "Selected provider is ...").
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        # The pod's own interface for NCCL's bootstrap and socket traffic.
+        "NCCL_SOCKET_IFNAME": POD_INTERFACE,
+    }
+    if profile is FabricProfile.TCP_BASELINE:
+        env |= {
+            # Deliberately sockets: the "before" half of an EFA A/B measurement, never a workload.
+            "NCCL_NET": "Socket",
+            "NCCL_NET_PLUGIN": "none",
+            "FI_PROVIDER": "tcp",
+        }
+        return MappingProxyType(env)
+    assert instance.efa is not None
+    env |= {
+        # NCCL_NET forces the named network and disables the silent fallback to sockets: if
+        # aws-ofi-nccl cannot load or finds no EFA device, NCCL fails instead of crawling.
+        "NCCL_NET": OFI_NETWORK_NAME,
+        # Loads libnccl-net-ofi.so (picks the plugin file; on its own it does not stop fallback).
+        "NCCL_NET_PLUGIN": "ofi",
+        # Only read by aws-ofi-nccl <= 1.5, harmless later; keeps libfabric off the tcp provider.
+        "FI_PROVIDER": "efa",
+    }
+    if instance.efa.gpudirect_rdma:
+        # GPUDirect RDMA (p4d, p5): NIC reads and writes GPU memory directly. Implied by
+        # libfabric >= 1.18, needed before; never set on g6, which has no device RDMA.
+        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    return MappingProxyType(env)

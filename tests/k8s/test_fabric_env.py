@@ -1,0 +1,52 @@
+"""Fabric environment profiles, derived from the instance facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.spec.instances import INSTANCE_TYPES
+from k8s.fabric_env import OFI_NETWORK_NAME, FabricProfile, fabric_env
+
+P5 = INSTANCE_TYPES["p5.48xlarge"]
+G6 = INSTANCE_TYPES["g6.12xlarge"]
+
+
+@pytest.mark.parametrize("instance", [P5, G6], ids=lambda i: i.name)
+def test_efa_profile_forces_the_plugin_network(instance: object) -> None:
+    env = fabric_env(instance)  # type: ignore[arg-type]
+    assert env["NCCL_NET"] == OFI_NETWORK_NAME == "AWS Libfabric"
+    assert env["NCCL_NET_PLUGIN"] == "ofi"
+    assert env["FI_PROVIDER"] == "efa"
+    assert env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert env["NCCL_DEBUG"] == "INFO"
+    assert "INIT" in env["NCCL_DEBUG_SUBSYS"]
+    assert "NET" in env["NCCL_DEBUG_SUBSYS"]
+
+
+def test_gpudirect_rdma_only_where_the_instance_has_it() -> None:
+    assert fabric_env(P5)["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert "FI_EFA_USE_DEVICE_RDMA" not in fabric_env(G6)
+    assert fabric_env(INSTANCE_TYPES["p4d.24xlarge"])["FI_EFA_USE_DEVICE_RDMA"] == "1"
+
+
+def test_tcp_baseline_is_explicitly_sockets() -> None:
+    env = fabric_env(G6, FabricProfile.TCP_BASELINE)
+    assert env["NCCL_NET"] == "Socket"
+    assert env["NCCL_NET_PLUGIN"] == "none"
+    assert env["FI_PROVIDER"] == "tcp"
+    assert "FI_EFA_USE_DEVICE_RDMA" not in env
+
+
+def test_profiles_never_leave_the_network_to_chance() -> None:
+    for instance in (P5, G6):
+        for profile in FabricProfile:
+            assert "NCCL_NET" in fabric_env(instance, profile)
+
+
+def test_efa_profile_refused_on_an_instance_without_efa() -> None:
+    with pytest.raises(ValueError, match=r"m7i\.xlarge has no EFA"):
+        fabric_env(INSTANCE_TYPES["m7i.xlarge"])
+
+
+def test_order_is_stable() -> None:
+    assert list(fabric_env(P5)) == list(fabric_env(P5))

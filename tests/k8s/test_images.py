@@ -1,0 +1,104 @@
+"""The image lock: format, validation, pinning errors, atomic writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from k8s.images import LOCK_PATH, ImageLock, ImageLockError, UnpinnedImagesError
+
+# A digest computed from content this test creates, never an invented one.
+DIGEST = "sha256:" + hashlib.sha256(b'{"schemaVersion":2,"test":"ray-train"}').hexdigest()
+REF = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+
+
+def _lock(**entry: object) -> ImageLock:
+    return ImageLock.from_dict({"version": 1, "images": {"ray-train": {"reference": REF, "digest": None, **entry}}})
+
+
+def test_committed_lock_loads_and_holds_no_invented_digest() -> None:
+    lock = ImageLock.load(LOCK_PATH)
+    assert "ray-train" in lock.images
+    for image in lock.images.values():
+        assert image.digest is None, "digests are resolved by `trainctl pin`, never committed by hand"
+    assert lock.get("ray-train").reference == REF
+
+
+def test_pinned_reference_keeps_the_tag_and_adds_the_digest() -> None:
+    lock = _lock(digest=DIGEST)
+    assert lock.pinned("ray-train") == f"{REF}@{DIGEST}"
+    assert lock.get("ray-train").repository == "public.ecr.aws/deep-learning-containers/ray"
+    assert lock.get("ray-train").tag == "train-ml-cuda-v1.1"
+
+
+def test_unpinned_image_error_lists_each_image_and_both_remedies() -> None:
+    lock = ImageLock.from_dict(
+        {
+            "version": 1,
+            "images": {
+                "ray-train": {"reference": REF, "digest": None},
+                "nccl-tests": {"reference": "public.ecr.aws/hpc/nccl-tests:2.23", "digest": None},
+            },
+        }
+    )
+    with pytest.raises(UnpinnedImagesError) as err:
+        lock.require_pinned()
+    text = str(err.value)
+    assert "2 image(s)" in text
+    assert f"ray-train: {REF} has no digest" in text
+    assert "nccl-tests: public.ecr.aws/hpc/nccl-tests:2.23 has no digest" in text
+    assert "`trainctl pin`" in text
+    assert "`trainctl pin --set NAME=REF@sha256:<digest>`" in text
+
+
+def test_unknown_image_names_the_image_and_the_fix() -> None:
+    with pytest.raises(ImageLockError) as err:
+        _lock(digest=DIGEST).pinned("pytorch")
+    assert "image 'pytorch' is not in k8s/images.lock.json" in str(err.value)
+    assert "trainctl pin" in str(err.value)
+
+
+@pytest.mark.parametrize("reference", ["ray:latest-only-no-registry@x", f"{REF}@{DIGEST}", "public.ecr.aws/x/ray", ""])
+def test_tag_only_or_digest_references_are_refused(reference: str) -> None:
+    with pytest.raises(ImageLockError, match=r"is not a tag reference"):
+        _lock(reference=reference)
+
+
+@pytest.mark.parametrize("digest", ["sha256:abc", "md5:" + "a" * 64, "sha256:" + "G" * 64, "sha256:" + "A" * 64])
+def test_malformed_digest_is_refused(digest: str) -> None:
+    with pytest.raises(ImageLockError, match=r"digest=.* is malformed"):
+        _lock(digest=digest)
+
+
+def test_unknown_fields_and_versions_are_refused() -> None:
+    with pytest.raises(ImageLockError, match=r"unknown field"):
+        _lock(tags=["x"])
+    with pytest.raises(ImageLockError, match=r"version=2"):
+        ImageLock.from_dict({"version": 2, "images": {}})
+
+
+def test_write_is_atomic_and_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "images.lock.json"
+    lock = _lock().with_digest("ray-train", DIGEST)
+    lock.write(path)
+    assert ImageLock.load(path) == lock
+    assert json.loads(path.read_text())["images"]["ray-train"]["digest"] == DIGEST
+    assert [p.name for p in tmp_path.iterdir()] == ["images.lock.json"]  # no temp file left
+
+
+def test_failed_write_leaves_the_old_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "images.lock.json"
+    _lock().write(path)
+    before = path.read_bytes()
+
+    def boom(*_: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        _lock(digest=DIGEST).write(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["images.lock.json"]
