@@ -1,11 +1,15 @@
 """cdk8s app: one chart set per environment, written to dist/<env>/.
 
-Run through `cdk8s synth` (cdk8s.yaml), which sets CDK8S_OUTDIR.
+Run through `cdk8s synth` (cdk8s.yaml), which sets CDK8S_OUTDIR. The workload charts need
+every image pinned by digest: with a digest missing, the namespaces and the training-code
+ConfigMap are still written, then synth fails listing each unpinned image and the remedies.
+IMAGE_LOCK points at another lock file (make check uses one; see k8s/check_lock.py).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import cdk8s
@@ -13,26 +17,51 @@ import cdk8s
 from infra.spec import ENVIRONMENTS, Environment
 from infra.spec.namespaces import TRAINING_NAMESPACES
 from k8s.charts.namespaces import NamespacesChart
+from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
+from k8s.images import LOCK_PATH, ImageLock, UnpinnedImagesError
+from k8s.ray_spec import RAY_IMAGE
+from k8s.workloads import RayFinetuneJob
+
+WORKLOAD_IMAGES = [RAY_IMAGE]
 
 
-def build(app: cdk8s.App, environment: Environment) -> None:
-    """Every chart of one environment, added to `app`."""
+def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
+    """Every chart of one environment, added to `app`; raises UnpinnedImagesError first."""
     NamespacesChart(app, "namespaces", environment=environment.name, namespaces=TRAINING_NAMESPACES)
+    if not environment.gpu_node_groups:
+        return
+    TrainingCodeChart(app, "training-code")
+    lock.require_pinned(WORKLOAD_IMAGES)
+    RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
+    RayJobChart(app, "ray-finetune", environment=environment, lock=lock, job=RayFinetuneJob())
 
 
-def synth_all(outdir: Path) -> list[Path]:
-    written = []
+def synth_all(outdir: Path, lock: ImageLock | None = None) -> list[Path]:
+    """Write every environment; if images are unpinned, write what needs none, then raise."""
+    lock = lock or ImageLock.load(LOCK_PATH)
+    written, unpinned = [], None
     for environment in ENVIRONMENTS.values():
         app = cdk8s.App(outdir=str(outdir / environment.name))
-        build(app, environment)
+        try:
+            build(app, environment, lock)
+        except UnpinnedImagesError as exc:
+            unpinned = exc
         app.synth()
         written.append(outdir / environment.name)
+    if unpinned is not None:
+        raise unpinned
     return written
 
 
-def main() -> None:
-    synth_all(Path(os.environ.get("CDK8S_OUTDIR", "dist")))
+def main() -> int:
+    lock_path = Path(os.environ.get("IMAGE_LOCK", LOCK_PATH))
+    try:
+        synth_all(Path(os.environ.get("CDK8S_OUTDIR", "dist")), ImageLock.load(lock_path))
+    except UnpinnedImagesError as exc:
+        print(f"error: workload manifests not written.\n{exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -36,10 +36,12 @@ def stages(cdk_out: Path) -> dict[str, PlatformStage]:
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Manifests of every environment, synthesized once (as `cdk8s synth` writes them)."""
+    from k8s.check_lock import check_lock
+    from k8s.images import ImageLock
     from k8s.main import synth_all
 
     out = tmp_path_factory.mktemp("dist")
-    synth_all(out)
+    synth_all(out, check_lock(ImageLock.load()))
     return out
 
 

@@ -28,6 +28,9 @@ MANAGED_ADDONS: MappingProxyType[str, str] = MappingProxyType(
 CORE_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 
 
+# Ray inside the Ray Train image (k8s/images.lock.json "ray-train"): RayCluster.spec.rayVersion.
+RAY_VERSION = "2.58.0"
+
 # KubeRay: the operator chart and the CRDs vendored in k8s/crds/kuberay-v<version>/ that the
 # workload charts are typed and validated against must be the same release.
 KUBERAY_VERSION = "1.7.0"

@@ -139,3 +139,25 @@ def test_nag_passes_every_environment_with_only_listed_acknowledgments() -> None
     assert acknowledged > 0
     for ack in ACKNOWLEDGMENTS:
         assert len(ack.reason) > 40, f"{ack.rule} needs a specific reason"
+
+
+def test_checkov_looks_inside_ray_objects(tmp_path: Path) -> None:
+    """A privileged container inside a RayCluster's worker group is found, not skipped."""
+    worker = {
+        "name": "ray-worker",
+        "image": "public.ecr.aws/x/y@sha256:" + "ab" * 32,
+        "securityContext": {"privileged": True},
+    }
+    cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "ray"},
+        "spec": {
+            "headGroupSpec": {"template": {"spec": {"containers": [{**worker, "name": "ray-head"}]}}},
+            "workerGroupSpecs": [{"groupName": "g6", "template": {"spec": {"containers": [worker]}}}],
+        },
+    }
+    (tmp_path / "rc.yaml").write_text(json.dumps(cluster))
+    _, findings = run_checkov(tmp_path)
+    privileged = [f for f in findings if f.message.startswith("CKV_K8S_16")]
+    assert {f.where.split()[-1] for f in privileged} == {"Pod.ray.rc-head", "Pod.ray.rc-g6"}

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import cdk8s
 import kubernetes_validate
 import pytest
-import yaml
 
-from infra.spec import ENVIRONMENTS
 from infra.spec.namespaces import TRAINING_NAMESPACES, NamespaceSpec
 from infra.spec.versions import KUBERNETES_VERSION
 from k8s.charts.namespaces import NamespacesChart
-from k8s.main import synth_all
 from tests.k8s.schema import validate_core
 
 
@@ -49,21 +44,3 @@ def test_schema_validation_catches_a_broken_namespace() -> None:
     broken = {**_synth()[0], "spec": {"finalizers": "kubernetes"}}  # must be a list
     with pytest.raises(kubernetes_validate.ValidationError):
         validate_core(broken)
-
-
-def test_synth_all_writes_one_directory_per_environment(tmp_path: Path) -> None:
-    written = synth_all(tmp_path)
-    assert sorted(p.name for p in written) == sorted(ENVIRONMENTS)
-    for env in ENVIRONMENTS:
-        docs = list(yaml.safe_load_all((tmp_path / env / "namespaces.k8s.yaml").read_text()))
-        assert {d["metadata"]["name"] for d in docs} == {s.name for s in TRAINING_NAMESPACES}
-        assert {d["metadata"]["labels"]["platform/environment"] for d in docs} == {env}
-
-
-def test_synth_is_deterministic(tmp_path: Path) -> None:
-    synth_all(tmp_path / "a")
-    synth_all(tmp_path / "b")
-    for env in ENVIRONMENTS:
-        assert (tmp_path / "a" / env / "namespaces.k8s.yaml").read_bytes() == (
-            tmp_path / "b" / env / "namespaces.k8s.yaml"
-        ).read_bytes()

@@ -1,0 +1,95 @@
+"""The cdk8s app: what it writes per environment, and how it refuses unpinned images."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.spec import ENVIRONMENTS
+from k8s.check_lock import check_lock, placeholder_digest
+from k8s.images import DIGEST, LOCK_PATH, ImageLock, UnpinnedImagesError
+from k8s.main import synth_all
+from tests.conftest import ROOT
+
+EXPECTED_FILES = {
+    "namespaces.k8s.yaml",
+    "training-code.k8s.yaml",
+    "ray-cluster.k8s.yaml",
+    "ray-finetune.k8s.yaml",
+}
+
+
+def _kinds(directory: Path) -> dict[str, list[str]]:
+    return {
+        p.name: [d["kind"] for d in yaml.safe_load_all(p.read_text()) if d] for p in sorted(directory.glob("*.yaml"))
+    }
+
+
+def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> None:
+    for env in ENVIRONMENTS:
+        kinds = _kinds(dist / env)
+        assert set(kinds) == EXPECTED_FILES
+        assert kinds["ray-cluster.k8s.yaml"] == ["RayCluster"]
+        assert kinds["ray-finetune.k8s.yaml"] == ["RayJob"]
+        assert kinds["training-code.k8s.yaml"] == ["ConfigMap"]
+
+
+def test_synth_is_deterministic(tmp_path: Path) -> None:
+    lock = check_lock(ImageLock.load())
+    synth_all(tmp_path / "a", lock)
+    synth_all(tmp_path / "b", lock)
+    for env in ENVIRONMENTS:
+        for name in EXPECTED_FILES:
+            assert (tmp_path / "a" / env / name).read_bytes() == (tmp_path / "b" / env / name).read_bytes()
+
+
+def test_unpinned_lock_writes_what_it_can_then_fails(tmp_path: Path) -> None:
+    with pytest.raises(UnpinnedImagesError) as err:
+        synth_all(tmp_path, ImageLock.load())
+    assert "ray-train" in str(err.value)
+    for env in ENVIRONMENTS:
+        assert set(_kinds(tmp_path / env)) == {"namespaces.k8s.yaml", "training-code.k8s.yaml"}
+
+
+def test_module_entry_fails_loudly_with_both_remedies(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "k8s.main"],
+        cwd=ROOT,
+        env={**os.environ, "CDK8S_OUTDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert "workload manifests not written" in result.stderr
+    assert "ray-train: public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1 has no digest" in result.stderr
+    assert "`trainctl pin`" in result.stderr
+    assert "--set NAME=REF@sha256:<digest>" in result.stderr
+
+
+def test_check_lock_fills_only_missing_digests_with_placeholders() -> None:
+    real = "sha256:" + hashlib.sha256(b"content made by this test").hexdigest()
+    lock = ImageLock.load().with_digest("ray-train", real)
+    assert check_lock(lock).get("ray-train").digest == real
+    filled = check_lock(ImageLock.load()).get("ray-train")
+    assert filled.digest == placeholder_digest(filled.reference)
+    assert DIGEST.match(filled.digest or "")
+    assert placeholder_digest("a:1") != placeholder_digest("a:2")
+
+
+def test_check_lock_refuses_to_overwrite_the_committed_lock(tmp_path: Path) -> None:
+    before = LOCK_PATH.read_bytes()
+    result = subprocess.run(
+        [sys.executable, "-m", "k8s.check_lock", str(LOCK_PATH)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert LOCK_PATH.read_bytes() == before
+    out = tmp_path / "check" / "images.lock.json"
+    assert subprocess.run([sys.executable, "-m", "k8s.check_lock", str(out)], cwd=ROOT).returncode == 0
+    assert ImageLock.load(out).get("ray-train").digest is not None

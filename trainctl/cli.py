@@ -1,0 +1,34 @@
+"""The `trainctl` command line: one argparse parser, one module per subcommand.
+
+A subcommand module provides `add_parser(subparsers)`, which registers its parser and sets
+`run` (args -> exit code, see trainctl.exit_codes) as a default. To add one (preflight,
+submit, status, logs, fabric-check), write the module and list it in SUBCOMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+from trainctl import pin
+from trainctl.exit_codes import ExitCode
+
+SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (pin.add_parser,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainctl",
+        description="Operator CLI of the training platform. Run it from the repository root: python -m trainctl.",
+        epilog="exit codes (every subcommand): 0 ok, 1 a check failed, 2 could not run",
+    )
+    subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND", required=True)
+    for add_parser in SUBCOMMANDS:
+        add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # argparse exits 2 (ExitCode.ERROR) on bad arguments
+    run: Callable[[argparse.Namespace], int] = args.run
+    return int(ExitCode(run(args)))

@@ -1,0 +1,14 @@
+"""Exit codes of every trainctl subcommand (the same convention as `python -m gates`)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    """The command did what was asked; every check passed."""
+    CHECK_FAILED = 1
+    """The command ran to the end and a check failed (e.g. `pin --check`: a digest is stale or missing)."""
+    ERROR = 2
+    """The command could not run: bad arguments, a bad lock file, an unreachable or refusing registry."""
