@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
-from infra.addons.helm import GPU_NODE_SELECTOR, GPU_TOLERATION, pinned_chart
+from infra.addons.helm import GPU_NODE_SELECTOR, GPU_TOLERATION, ChartAddOn
 
 CHART = "aws-efa-k8s-device-plugin"
 RESOURCE = "vpc.amazonaws.com/efa"
@@ -31,7 +31,7 @@ def efa_values(props: EfaDevicePluginProps) -> dict[str, Any]:
     }
 
 
-class EfaDevicePlugin(Construct):
+class EfaDevicePlugin(ChartAddOn):
     def __init__(
         self,
         scope: Construct,
@@ -41,15 +41,12 @@ class EfaDevicePlugin(Construct):
         props: EfaDevicePluginProps,
         gpu_nodegroups: Sequence[IDependable],
     ) -> None:
-        super().__init__(scope, construct_id)
-        self.values = efa_values(props)
-        self.chart = pinned_chart(
-            self,
-            "Chart",
+        super().__init__(
+            scope,
+            construct_id,
             cluster=cluster,
             name=CHART,
             namespace=props.namespace,
-            values=self.values,
-            create_namespace=False,
+            values=efa_values(props),
             after=gpu_nodegroups,
         )

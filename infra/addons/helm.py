@@ -47,3 +47,31 @@ def pinned_chart(
     for dependency in after:
         chart.node.add_dependency(dependency)
     return chart
+
+
+class ChartAddOn(Construct):
+    """An add-on that is one pinned Helm release; subclasses supply name, namespace and values."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        name: str,
+        namespace: str,
+        values: Mapping[str, Any],
+        after: Sequence[IDependable],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.values = dict(values)
+        self.chart = pinned_chart(
+            self,
+            "Chart",
+            cluster=cluster,
+            name=name,
+            namespace=namespace,
+            values=self.values,
+            create_namespace=False,
+            after=after,
+        )

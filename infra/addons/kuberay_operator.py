@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
-from infra.addons.helm import SYSTEM_NODE_SELECTOR, pinned_chart
+from infra.addons.helm import SYSTEM_NODE_SELECTOR, ChartAddOn
 from infra.spec.namespaces import KUBERAY
 
 CHART = "kuberay-operator"
@@ -39,7 +39,7 @@ def kuberay_values(props: KubeRayOperatorProps) -> dict[str, Any]:
     }
 
 
-class KubeRayOperator(Construct):
+class KubeRayOperator(ChartAddOn):
     def __init__(
         self,
         scope: Construct,
@@ -49,15 +49,12 @@ class KubeRayOperator(Construct):
         props: KubeRayOperatorProps,
         after: Sequence[IDependable],
     ) -> None:
-        super().__init__(scope, construct_id)
-        self.values = kuberay_values(props)
-        self.chart = pinned_chart(
-            self,
-            "Chart",
+        super().__init__(
+            scope,
+            construct_id,
             cluster=cluster,
             name=CHART,
             namespace=props.namespace,
-            values=self.values,
-            create_namespace=False,
+            values=kuberay_values(props),
             after=after,
         )

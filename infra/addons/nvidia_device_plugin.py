@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
-from infra.addons.helm import GPU_NODE_SELECTOR, GPU_TOLERATION, pinned_chart
+from infra.addons.helm import GPU_NODE_SELECTOR, GPU_TOLERATION, ChartAddOn
 
 CHART = "nvidia-device-plugin"
 
@@ -34,7 +34,7 @@ def nvidia_values(props: NvidiaDevicePluginProps) -> dict[str, Any]:
     }
 
 
-class NvidiaDevicePlugin(Construct):
+class NvidiaDevicePlugin(ChartAddOn):
     def __init__(
         self,
         scope: Construct,
@@ -44,15 +44,12 @@ class NvidiaDevicePlugin(Construct):
         props: NvidiaDevicePluginProps,
         gpu_nodegroups: Sequence[IDependable],
     ) -> None:
-        super().__init__(scope, construct_id)
-        self.values = nvidia_values(props)
-        self.chart = pinned_chart(
-            self,
-            "Chart",
+        super().__init__(
+            scope,
+            construct_id,
             cluster=cluster,
             name=CHART,
             namespace=props.namespace,
-            values=self.values,
-            create_namespace=False,
+            values=nvidia_values(props),
             after=gpu_nodegroups,
         )
