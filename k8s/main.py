@@ -15,7 +15,8 @@ from pathlib import Path
 import cdk8s
 
 from infra.spec import ENVIRONMENTS, Environment
-from infra.spec.namespaces import TRAINING_NAMESPACES
+from infra.spec.namespaces import RAY, TRAINING, TRAINING_NAMESPACES
+from k8s.charts.fabric import FabricJobsChart
 from k8s.charts.namespaces import NamespacesChart
 from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
 from k8s.images import LOCK_PATH, ImageLock, UnpinnedImagesError
@@ -30,10 +31,11 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
     NamespacesChart(app, "namespaces", environment=environment.name, namespaces=TRAINING_NAMESPACES)
     if not environment.gpu_node_groups:
         return
-    TrainingCodeChart(app, "training-code")
+    TrainingCodeChart(app, "training-code", namespaces=(RAY.name, TRAINING.name))
     lock.require_pinned(WORKLOAD_IMAGES)
     RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
     RayJobChart(app, "ray-finetune", environment=environment, lock=lock, job=RayFinetuneJob())
+    FabricJobsChart(app, "fabric", environment=environment, lock=lock)
 
 
 def synth_all(outdir: Path, lock: ImageLock | None = None) -> list[Path]:

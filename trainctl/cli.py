@@ -2,7 +2,7 @@
 
 A subcommand module provides `add_parser(subparsers)`, which registers its parser and sets
 `run` (args -> exit code, see trainctl.exit_codes) as a default. To add one (preflight,
-submit, status, logs, fabric-check), write the module and list it in SUBCOMMANDS.
+submit, status, logs), write the module and list it in SUBCOMMANDS.
 """
 
 from __future__ import annotations
@@ -10,17 +10,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from trainctl import pin
+from trainctl import fabric_check, pin
 from trainctl.exit_codes import ExitCode
 
-SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (pin.add_parser,)
+SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
+    pin.add_parser,
+    fabric_check.add_parser,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainctl",
         description="Operator CLI of the training platform. Run it from the repository root: python -m trainctl.",
-        epilog="exit codes (every subcommand): 0 ok, 1 a check failed, 2 could not run",
+        epilog="exit codes (every subcommand): 0 ok, 1 a check failed, 2 could not run, 3 nothing to judge",
     )
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND", required=True)
     for add_parser in SUBCOMMANDS:

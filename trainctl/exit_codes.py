@@ -12,3 +12,5 @@ class ExitCode(IntEnum):
     """The command ran to the end and a check failed (e.g. `pin --check`: a digest is stale or missing)."""
     ERROR = 2
     """The command could not run: bad arguments, a bad lock file, an unreachable or refusing registry."""
+    NO_EVIDENCE = 3
+    """There was nothing to judge (`fabric-check`: no NCCL network-selection lines; set NCCL_DEBUG=INFO)."""

@@ -19,20 +19,29 @@ TRAINING_PACKAGE = Path(__file__).resolve().parent.parent.parent / "training"
 
 
 class TrainingCodeChart(cdk8s.Chart):
-    """training/*.py shipped as a ConfigMap and mounted on the Ray pods: no image build."""
+    """training/*.py shipped as a ConfigMap in each workload namespace and mounted on the pods
+    that run it: no image build."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, package: Path = TRAINING_PACKAGE) -> None:
-        super().__init__(scope, construct_id, namespace=NAMESPACE, disable_resource_name_hashes=True)
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        namespaces: tuple[str, ...] = (NAMESPACE,),
+        package: Path = TRAINING_PACKAGE,
+    ) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         files = {p.name: p.read_text() for p in sorted(package.glob("*.py"))}
         if "ray_finetune.py" not in files:
             raise FileNotFoundError(f"{package}/ray_finetune.py is missing: nothing to run")
-        cdk8s.ApiObject(
-            self,
-            "code",
-            api_version="v1",
-            kind="ConfigMap",
-            metadata=cdk8s.ApiObjectMetadata(name=CODE_CONFIGMAP),
-        ).add_json_patch(cdk8s.JsonPatch.add("/data", files))
+        for namespace in namespaces:
+            cdk8s.ApiObject(
+                self,
+                f"code-{namespace}",
+                api_version="v1",
+                kind="ConfigMap",
+                metadata=cdk8s.ApiObjectMetadata(name=CODE_CONFIGMAP, namespace=namespace),
+            ).add_json_patch(cdk8s.JsonPatch.add("/data", files))
 
 
 class RayClusterChart(cdk8s.Chart):

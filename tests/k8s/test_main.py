@@ -22,6 +22,7 @@ EXPECTED_FILES = {
     "training-code.k8s.yaml",
     "ray-cluster.k8s.yaml",
     "ray-finetune.k8s.yaml",
+    "fabric.k8s.yaml",
 }
 
 
@@ -37,7 +38,9 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
         assert set(kinds) == EXPECTED_FILES
         assert kinds["ray-cluster.k8s.yaml"] == ["RayCluster"]
         assert kinds["ray-finetune.k8s.yaml"] == ["RayJob"]
-        assert kinds["training-code.k8s.yaml"] == ["ConfigMap"]
+        assert kinds["training-code.k8s.yaml"] == ["ConfigMap", "ConfigMap"]
+        groups = len(ENVIRONMENTS[env].gpu_node_groups)
+        assert sorted(kinds["fabric.k8s.yaml"]) == sorted(["Service", "Job"] * 2 * groups)
 
 
 def test_synth_is_deterministic(tmp_path: Path) -> None:

@@ -1,0 +1,223 @@
+"""Fabric verification jobs, one per GPU node group: an Indexed Job (one pod per node) that
+runs the all-reduce probe across nodes and fails, loudly, when NCCL is not on EFA or the bus
+bandwidth is under the instance type's floor; and an A/B job that measures the same sweep with
+the EFA profile and with the explicit TCP baseline, and prints both and their ratio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cdk8s
+from constructs import Construct
+
+from infra.spec import Environment, GpuNodeGroupConfig
+from infra.spec.fabric_floors import floor_gbps, floor_message_bytes
+from infra.spec.namespaces import TRAINING
+from k8s.fabric_env import FabricProfile, fabric_env
+from k8s.images import ImageLock
+from k8s.ray_spec import CODE_ROOT, GPU_TOLERATION, RAY_IMAGE, hardened_pod, worker_resources
+
+NAMESPACE = TRAINING.name
+RENDEZVOUS_PORT = 29500
+RESULTS = "/tmp/fabric"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FabricJobConfig:
+    # Two nodes: the fabric is what connects nodes, and the published figures the floors come
+    # from are 2-node runs (with more nodes the best possible bus bandwidth drops towards the
+    # per-node bandwidth, and a 2-node floor would raise false alarms).
+    nodes: int = 2
+    max_bytes: int = 1 << 30
+    iters: int = 20
+    active_deadline_seconds: int = 1800
+    ttl_seconds_after_finished: int = 86400
+
+
+def probe_command(
+    *, gpus: int, nodes: int, master: str, floor: float | None, max_bytes: int, iters: int, tag: str
+) -> str:
+    """One torchrun of the probe across the job's nodes, its log kept for the analyzer."""
+    floor_arg = f" --floor-gbps {floor:g}" if floor is not None else ""
+    return (
+        f"torchrun --nnodes={nodes} --nproc-per-node={gpus} --node-rank=$JOB_COMPLETION_INDEX "
+        f"--master-addr={master} --master-port={RENDEZVOUS_PORT} "
+        f"-m training.fabric_probe --max-bytes {max_bytes} --iters {iters}{floor_arg} "
+        f"--output-json {RESULTS}/{tag}.json 2>&1 | tee {RESULTS}/{tag}.log"
+    )
+
+
+def check_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: FabricJobConfig) -> str:
+    gpu = group.instance.gpu
+    assert gpu is not None
+    probe = probe_command(
+        gpus=gpu.count,
+        nodes=nodes,
+        master=master,
+        floor=floor_gbps(group.instance_type),
+        # The sweep must reach the size the floor is defined at.
+        max_bytes=max(config.max_bytes, floor_message_bytes(group.instance_type)),
+        iters=config.iters,
+        tag="efa",
+    )
+    return "\n".join(
+        [
+            "set -uo pipefail",
+            f"mkdir -p {RESULTS}",
+            probe,
+            # torchrun exits 1 whatever its workers returned; the probe's own verdict is the
+            # FABRIC CHECK PASSED/FAILED line it printed above (and exit_code in its JSON).
+            "probe=${PIPESTATUS[0]}",
+            # Any rank that is not on EFA fails the job, whatever the bandwidth said.
+            f"python -m training.fabric_analyzer {RESULTS}/efa.log || "
+            '{ echo "FABRIC CHECK FAILED: NCCL is not running over EFA on $(hostname)"; exit 10; }',
+            'if [ "$probe" -ne 0 ]; then echo "FABRIC CHECK FAILED: probe exit $probe on $(hostname)"; fi',
+            'exit "$probe"',
+        ]
+    )
+
+
+def ab_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: FabricJobConfig) -> str:
+    gpu = group.instance.gpu
+    assert gpu is not None
+    tcp_env = " ".join(f"{k}={v!r}" for k, v in fabric_env(group.instance, FabricProfile.TCP_BASELINE).items())
+
+    def probe(tag: str) -> str:
+        return probe_command(
+            gpus=gpu.count,
+            nodes=nodes,
+            master=master,
+            floor=None,
+            max_bytes=config.max_bytes,
+            iters=config.iters,
+            tag=tag,
+        )
+
+    return "\n".join(
+        [
+            "set -uo pipefail",
+            f"mkdir -p {RESULTS}",
+            probe("efa"),
+            'test "${PIPESTATUS[0]}" -eq 0 || exit 11',
+            # The same sweep with the explicit TCP-baseline profile, for this measurement only.
+            f"env {tcp_env} " + probe("tcp"),
+            'test "${PIPESTATUS[0]}" -eq 0 || exit 12',
+            # Rank 0 (on pod 0) wrote both reports: print them side by side with the ratio.
+            'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then '
+            f"python -m training.fabric_compare {RESULTS}/efa.json {RESULTS}/tcp.json "
+            f"--output-json {RESULTS}/ab.json; fi",
+        ]
+    )
+
+
+class FabricJobsChart(cdk8s.Chart):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        lock: ImageLock,
+        config: FabricJobConfig | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id, namespace=NAMESPACE, disable_resource_name_hashes=True)
+        config = config or FabricJobConfig()
+        self._image = lock.pinned(RAY_IMAGE)
+        self.jobs: dict[str, dict[str, Any]] = {}
+        for group in environment.gpu_node_groups:
+            nodes = config.nodes
+            for kind, script in (("check", check_script), ("ab", ab_script)):
+                name = f"fabric-{kind}-{group.name}"
+                master = f"{name}-0.{name}.{NAMESPACE}.svc"
+                self._service(name)
+                job = self._job(name, group, nodes, script(group, nodes, master, config), config)
+                self.jobs[name] = job
+
+    def _service(self, name: str) -> None:
+        # Headless: gives pod 0 a stable DNS name for the rendezvous, exposes nothing.
+        cdk8s.ApiObject(
+            self,
+            f"{name}-svc",
+            api_version="v1",
+            kind="Service",
+            metadata=cdk8s.ApiObjectMetadata(name=name),
+        ).add_json_patch(
+            cdk8s.JsonPatch.add(
+                "/spec",
+                {
+                    "clusterIP": "None",
+                    "publishNotReadyAddresses": True,
+                    "selector": {"job-name": name},
+                    "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
+                },
+            )
+        )
+
+    def _job(
+        self, name: str, group: GpuNodeGroupConfig, nodes: int, script: str, config: FabricJobConfig
+    ) -> dict[str, Any]:
+        instance = group.instance
+        gpu = instance.gpu
+        assert gpu is not None
+        size = worker_resources(instance)
+        resources = {
+            "cpu": size.cpu,
+            "memory": size.memory,
+            "nvidia.com/gpu": str(gpu.count),
+            "vpc.amazonaws.com/efa": str(group.efa_interface_count),
+        }
+        memory_gib = int(size.memory.removesuffix("Gi"))
+        pod = hardened_pod(
+            {
+                "subdomain": name,
+                "restartPolicy": "Never",
+                "nodeSelector": {"role": "gpu-worker", "platform/gpu-group": group.name},
+                "tolerations": [dict(GPU_TOLERATION)],
+                # One pod per node: the point is to cross the network between nodes.
+                "affinity": {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchLabels": {"job-name": name}},
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                },
+                "containers": [
+                    {
+                        "name": "probe",
+                        "image": self._image,
+                        "command": ["/bin/bash", "-c", script],
+                        "env": [
+                            {"name": k, "value": v}
+                            for k, v in {**fabric_env(instance), "PYTHONPATH": CODE_ROOT}.items()
+                        ],
+                        "resources": {"requests": dict(resources), "limits": dict(resources)},
+                        "volumeMounts": [
+                            {"name": "dshm", "mountPath": "/dev/shm"},
+                            {"name": "training-code", "mountPath": f"{CODE_ROOT}/training", "readOnly": True},
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{memory_gib // 4}Gi"}},
+                    {"name": "training-code", "configMap": {"name": "training-code"}},
+                ],
+            }
+        )
+        spec = {
+            "completionMode": "Indexed",
+            "completions": nodes,
+            "parallelism": nodes,
+            # A failed check is an answer, not something to retry.
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": config.active_deadline_seconds,
+            "ttlSecondsAfterFinished": config.ttl_seconds_after_finished,
+            "template": {"metadata": {"labels": {"app.kubernetes.io/name": name}}, "spec": pod},
+        }
+        cdk8s.ApiObject(
+            self, name, api_version="batch/v1", kind="Job", metadata=cdk8s.ApiObjectMetadata(name=name)
+        ).add_json_patch(cdk8s.JsonPatch.add("/spec", spec))
+        return spec

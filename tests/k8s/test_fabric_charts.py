@@ -1,0 +1,174 @@
+"""Fabric check and A/B jobs: one pod per node, the node's GPUs and EFA, the profiles, and the
+exit behaviour written into the command."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import pytest
+
+from gates.manifests import check_objects
+from infra.spec import ENVIRONMENTS
+from infra.spec.fabric_floors import floor_gbps, floor_message_bytes
+from k8s.charts.fabric import FabricJobsChart
+from k8s.fabric_env import FabricProfile, fabric_env
+from k8s.images import ImageLock
+from tests.conftest import ROOT
+
+DIGEST = "sha256:" + hashlib.sha256(b"fabric chart test image").hexdigest()
+LOCK = ImageLock.load().with_digest("ray-train", DIGEST)
+
+
+def _objects(env: str) -> list[dict[str, Any]]:
+    return [
+        dict(o)
+        for o in cdk8s.Testing.synth(
+            FabricJobsChart(cdk8s.Testing.app(), "f", environment=ENVIRONMENTS[env], lock=LOCK)
+        )
+    ]
+
+
+@pytest.fixture(scope="module")
+def prod() -> dict[str, dict[str, Any]]:
+    return {f"{o['kind']}/{o['metadata']['name']}": o for o in _objects("prod")}
+
+
+def _container(job: dict[str, Any]) -> dict[str, Any]:
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def _script(job: dict[str, Any]) -> str:
+    return str(_container(job)["command"][-1])
+
+
+def test_a_check_and_an_ab_job_per_gpu_group_with_headless_services(prod: dict[str, dict[str, Any]]) -> None:
+    for group in ("p5", "g6"):
+        for kind in ("check", "ab"):
+            name = f"fabric-{kind}-{group}"
+            service = prod[f"Service/{name}"]["spec"]
+            assert service["clusterIP"] == "None"
+            assert service["selector"] == {"job-name": name}
+            assert prod[f"Job/{name}"]["spec"]["template"]["spec"]["subdomain"] == name
+
+
+def test_every_object_passes_the_manifest_gate() -> None:
+    for env in ("dev", "prod"):
+        assert check_objects([(f"#{i}", o) for i, o in enumerate(_objects(env))]) == []
+
+
+def test_two_indexed_pods_one_per_node(prod: dict[str, dict[str, Any]]) -> None:
+    spec = prod["Job/fabric-check-p5"]["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert spec["backoffLimit"] == 0
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti == [
+        {"labelSelector": {"matchLabels": {"job-name": "fabric-check-p5"}}, "topologyKey": "kubernetes.io/hostname"}
+    ]
+
+
+@pytest.mark.parametrize(("group", "gpus", "efa"), [("p5", "8", "32"), ("g6", "4", "1")])
+def test_each_pod_takes_its_whole_node(prod: dict[str, dict[str, Any]], group: str, gpus: str, efa: str) -> None:
+    job = prod[f"Job/fabric-check-{group}"]
+    limits = _container(job)["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == (gpus, efa)
+    assert _container(job)["resources"]["requests"] == limits
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"role": "gpu-worker", "platform/gpu-group": group}
+    assert f"--nproc-per-node={gpus}" in _script(job)
+
+
+def test_check_runs_the_efa_profile_with_the_floor_and_the_analyzer(prod: dict[str, dict[str, Any]]) -> None:
+    for group, instance in (("p5", "p5.48xlarge"), ("g6", "g6.12xlarge")):
+        job = prod[f"Job/fabric-check-{group}"]
+        env = {e["name"]: e["value"] for e in _container(job)["env"]}
+        for key, value in fabric_env(ENVIRONMENTS["prod"].gpu_node_groups[0 if group == "p5" else 1].instance).items():
+            assert env[key] == value
+        script = _script(job)
+        assert f"--floor-gbps {floor_gbps(instance):g}" in script
+        assert f"--max-bytes {max(1 << 30, floor_message_bytes(instance))}" in script
+        assert f"--master-addr=fabric-check-{group}-0.fabric-check-{group}.training.svc" in script
+        assert "python -m training.fabric_analyzer /tmp/fabric/efa.log" in script
+        assert "exit 10" in script  # not on EFA -> non-zero, whatever the bandwidth
+        assert 'exit "$probe"' in script
+        assert script.startswith("set -uo pipefail")
+
+
+def test_ab_job_runs_both_profiles_and_the_ratio(prod: dict[str, dict[str, Any]]) -> None:
+    script = _script(prod["Job/fabric-ab-g6"])
+    tcp = fabric_env(ENVIRONMENTS["prod"].gpu_node_groups[1].instance, FabricProfile.TCP_BASELINE)
+    assert script.count("training.fabric_probe") == 2
+    assert "--floor-gbps" not in script  # the A/B measures, it does not judge
+    assert f"NCCL_NET={tcp['NCCL_NET']!r}" in script
+    assert "FI_PROVIDER='tcp'" in script
+    assert "python -m training.fabric_compare /tmp/fabric/efa.json /tmp/fabric/tcp.json" in script
+    # The container itself runs with the EFA profile; only the second sweep overrides it.
+    env = {e["name"]: e["value"] for e in _container(prod["Job/fabric-ab-g6"])["env"]}
+    assert env["NCCL_NET"] == "AWS Libfabric"
+
+
+def test_check_script_fails_when_the_analyzer_does(tmp_path: Path) -> None:
+    """Run the real check script's tail with stand-ins for torchrun: the exit codes hold."""
+    job = _objects("dev")
+    script = next(_script(o) for o in job if o["kind"] == "Job" and o["metadata"]["name"] == "fabric-check-g6")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "torchrun").write_text("#!/bin/sh\necho 'host:1:1 [0] NCCL INFO Using network Socket'\nexit 0\n")
+    (fake / "torchrun").chmod(0o755)
+    result = subprocess.run(
+        ["/bin/bash", "-c", script.replace("/tmp/fabric", str(tmp_path / "out"))],
+        env={
+            "PATH": f"{fake}:{Path(sys.executable).parent}:/usr/bin:/bin",
+            "JOB_COMPLETION_INDEX": "0",
+            "PYTHONPATH": str(ROOT),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 10, result.stdout + result.stderr
+    assert "FABRIC CHECK FAILED: NCCL is not running over EFA" in result.stdout
+
+
+def test_fabric_compare_prints_the_ratio(tmp_path: Path) -> None:
+    report = {"large_message_bytes": 1 << 30, "world_size": 16}
+    (tmp_path / "efa.json").write_text(json.dumps({**report, "large_message_busbw_gbps": 440.0}))
+    (tmp_path / "tcp.json").write_text(json.dumps({**report, "large_message_busbw_gbps": 20.0}))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.fabric_compare",
+            str(tmp_path / "efa.json"),
+            str(tmp_path / "tcp.json"),
+            "--output-json",
+            str(tmp_path / "ab.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0
+    assert "FABRIC A/B: efa 440.00 GB/s, tcp 20.00 GB/s, efa/tcp 22.00x" in result.stdout
+    assert json.loads((tmp_path / "ab.json").read_text())["efa_over_tcp"] == 22.0
+
+
+def test_fabric_compare_refuses_mismatched_sweeps(tmp_path: Path) -> None:
+    (tmp_path / "efa.json").write_text(json.dumps({"large_message_bytes": 1 << 30, "large_message_busbw_gbps": 440.0}))
+    (tmp_path / "tcp.json").write_text(json.dumps({"large_message_bytes": 1 << 20, "large_message_busbw_gbps": 2.0}))
+    result = subprocess.run(
+        [sys.executable, "-m", "training.fabric_compare", str(tmp_path / "efa.json"), str(tmp_path / "tcp.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "different sizes" in result.stderr
