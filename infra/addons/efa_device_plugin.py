@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
-from infra.addons.helm import GPU_NODE_SELECTOR, GPU_TOLERATION, ChartAddOn
+from infra.addons.helm import ChartAddOn, on_gpu_nodes
 
 CHART = "aws-efa-k8s-device-plugin"
 RESOURCE = "vpc.amazonaws.com/efa"
@@ -25,8 +25,7 @@ def efa_values(props: EfaDevicePluginProps) -> dict[str, Any]:
     # The chart ships `tolerations: []`: on tainted GPU nodes it would never run and
     # pods asking for vpc.amazonaws.com/efa would stay Pending.
     return {
-        "nodeSelector": dict(GPU_NODE_SELECTOR),
-        "tolerations": [dict(GPU_TOLERATION), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        **on_gpu_nodes(),
         **props.extra_values,
     }
 

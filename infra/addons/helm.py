@@ -16,6 +16,15 @@ GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
 SYSTEM_NODE_SELECTOR = {"role": "system"}
 
 
+def on_gpu_nodes() -> dict[str, Any]:
+    """Values that put a DaemonSet on every GPU node and nowhere else: the label every GPU
+    group carries, and tolerations for the GPU taint and for critical add-ons."""
+    return {
+        "nodeSelector": dict(GPU_NODE_SELECTOR),
+        "tolerations": [dict(GPU_TOLERATION), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+    }
+
+
 def pinned_chart(
     scope: Construct,
     construct_id: str,

@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
-from infra.addons.helm import GPU_NODE_SELECTOR, GPU_TOLERATION, ChartAddOn
+from infra.addons.helm import ChartAddOn, on_gpu_nodes
 
 CHART = "nvidia-device-plugin"
 
@@ -25,8 +25,7 @@ def nvidia_values(props: NvidiaDevicePluginProps) -> dict[str, Any]:
     # The chart's default affinity needs nvidia.com/gpu.present=true (or NFD labels); the
     # GPU node groups carry that label and this selector makes the dependency explicit.
     return {
-        "nodeSelector": dict(GPU_NODE_SELECTOR),
-        "tolerations": [dict(GPU_TOLERATION), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        **on_gpu_nodes(),
         # Kept explicit: evicting the plugin makes a node's GPUs vanish from the scheduler.
         # (The plugin's failOnInitError default, true, already makes a broken NVML loud.)
         "priorityClassName": "system-node-critical",
