@@ -196,6 +196,13 @@ def test_tcp_baseline_profile_only_when_asked() -> None:
     assert _env(group["template"]["spec"]["containers"][0])["NCCL_NET"] == "Socket"
 
 
+def test_training_code_fits_kubectl_apply() -> None:
+    """`kubectl apply` keeps the whole object in an annotation, and annotations are capped at
+    256 KiB: past that the ConfigMap cannot be applied at all."""
+    (cm, *_) = cdk8s.Testing.synth(TrainingCodeChart(cdk8s.Testing.app(), "code"))
+    assert len(json.dumps(cm)) < 200_000
+
+
 def test_training_code_ships_as_a_configmap() -> None:
     (cm,) = cdk8s.Testing.synth(TrainingCodeChart(cdk8s.Testing.app(), "code"))
     assert cm["metadata"]["namespace"] == "ray"
