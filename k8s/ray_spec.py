@@ -12,6 +12,7 @@ from typing import Any
 
 from infra.spec import Environment, GpuNodeGroupConfig, InstanceType
 from infra.spec.namespaces import RAY
+from infra.spec.scheduling import SYSTEM_NODE_SELECTOR, gpu_group_selector, gpu_toleration
 from infra.spec.versions import RAY_VERSION
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
@@ -19,7 +20,6 @@ from k8s.images import ImageLock
 RAY_IMAGE = "ray-train"
 CODE_CONFIGMAP = "training-code"
 CODE_ROOT = "/opt/ml-platform"
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # Ray's ports: GCS, dashboard and job API, client. ClusterIP only: nothing leaves the cluster.
 HEAD_PORTS = (("gcs", 6379), ("dashboard", 8265), ("client", 10001))
 
@@ -89,7 +89,7 @@ def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
             "metadata": {"labels": {"app.kubernetes.io/component": "ray-head"}},
             "spec": hardened_pod(
                 {
-                    "nodeSelector": {"role": "system"},
+                    "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
                     "containers": [
                         {
                             "name": "ray-head",
@@ -137,8 +137,8 @@ def worker_group(group: GpuNodeGroupConfig, lock: ImageLock, profile: FabricProf
             "metadata": {"labels": {"app.kubernetes.io/component": "ray-worker", "platform/gpu-group": group.name}},
             "spec": hardened_pod(
                 {
-                    "nodeSelector": {"role": "gpu-worker", "platform/gpu-group": group.name},
-                    "tolerations": [dict(GPU_TOLERATION)],
+                    "nodeSelector": gpu_group_selector(group.name),
+                    "tolerations": [gpu_toleration()],
                     "containers": [
                         {
                             "name": "ray-worker",

@@ -9,11 +9,8 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
+from infra.spec.scheduling import GPU_NODE_SELECTOR, gpu_toleration
 from infra.spec.versions import HELM_CHARTS
-
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
-SYSTEM_NODE_SELECTOR = {"role": "system"}
 
 
 def on_gpu_nodes() -> dict[str, Any]:
@@ -21,7 +18,7 @@ def on_gpu_nodes() -> dict[str, Any]:
     group carries, and tolerations for the GPU taint and for critical add-ons."""
     return {
         "nodeSelector": dict(GPU_NODE_SELECTOR),
-        "tolerations": [dict(GPU_TOLERATION), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        "tolerations": [gpu_toleration(), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
     }
 
 

@@ -9,8 +9,9 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
-from infra.addons.helm import SYSTEM_NODE_SELECTOR, ChartAddOn
+from infra.addons.helm import ChartAddOn
 from infra.spec.namespaces import KUBERAY
+from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 
 CHART = "kuberay-operator"
 

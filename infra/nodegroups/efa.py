@@ -16,8 +16,9 @@ from constructs import Construct
 from infra.nodegroups.launch_template import IMDS_HOP_LIMIT
 from infra.spec import CapacityKind, ConfigError, GpuNodeGroupConfig
 from infra.spec.efa import InterfaceSlot, efa_layout
+from infra.spec.scheduling import GPU_TAINT_KEY, GPU_TAINT_VALUE, gpu_node_labels
 
-GPU_TAINT = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key="nvidia.com/gpu", value="true")
+GPU_TAINT = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE)
 
 # nodeadm NodeConfig: assemble the instance-store NVMe disks as one RAID0 array and put
 # the kubelet and containerd state on it (image layers and /dev/shm-heavy pods).
@@ -33,14 +34,7 @@ MIME_BOUNDARY = "==NODEADM=="
 
 
 def gpu_labels(config: GpuNodeGroupConfig) -> dict[str, str]:
-    return {
-        "role": "gpu-worker",
-        # The NVIDIA device plugin's default affinity requires this label; without it
-        # the DaemonSet schedules zero pods and says nothing.
-        "nvidia.com/gpu.present": "true",
-        "platform/instance-type": config.instance_type,
-        "platform/gpu-group": config.name,
-    }
+    return gpu_node_labels(config.name, config.instance_type)
 
 
 def nodeadm_user_data(nodeconfig: str) -> str:

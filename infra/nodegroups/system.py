@@ -8,8 +8,9 @@ from constructs import Construct
 
 from infra.nodegroups.launch_template import imdsv2_metadata, root_volume
 from infra.spec import SystemNodeGroupConfig
+from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 
-SYSTEM_LABELS = {"role": "system"}
+SYSTEM_LABELS = dict(SYSTEM_NODE_SELECTOR)
 
 
 class SystemNodeGroup(Construct):

@@ -14,9 +14,10 @@ from constructs import Construct
 from infra.spec import Environment, GpuNodeGroupConfig
 from infra.spec.fabric_floors import floor_gbps, floor_message_bytes
 from infra.spec.namespaces import TRAINING
+from infra.spec.scheduling import gpu_group_selector, gpu_toleration
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
-from k8s.ray_spec import CODE_ROOT, GPU_TOLERATION, RAY_IMAGE, hardened_pod, worker_resources
+from k8s.ray_spec import CODE_ROOT, RAY_IMAGE, hardened_pod, worker_resources
 
 NAMESPACE = TRAINING.name
 RENDEZVOUS_PORT = 29500
@@ -172,8 +173,8 @@ class FabricJobsChart(cdk8s.Chart):
             {
                 "subdomain": name,
                 "restartPolicy": "Never",
-                "nodeSelector": {"role": "gpu-worker", "platform/gpu-group": group.name},
-                "tolerations": [dict(GPU_TOLERATION)],
+                "nodeSelector": gpu_group_selector(group.name),
+                "tolerations": [gpu_toleration()],
                 # One pod per node: the point is to cross the network between nodes.
                 "affinity": {
                     "podAntiAffinity": {

@@ -10,6 +10,7 @@ import yaml
 from constructs import Construct
 
 from infra.spec import Environment
+from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 from k8s.fabric_env import FabricProfile
 from k8s.images import ImageLock
 from k8s.ray_spec import CODE_CONFIGMAP, NAMESPACE, RAY_IMAGE, gpu_group, hardened_pod, ray_cluster_spec
@@ -107,7 +108,7 @@ class RayJobChart(cdk8s.Chart):
                 "spec": hardened_pod(
                     {
                         "restartPolicy": "Never",
-                        "nodeSelector": {"role": "system"},
+                        "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
                         "containers": [
                             {
                                 "name": "ray-job-submitter",
