@@ -7,6 +7,7 @@ gates and tests validate them against the CRD schema.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,20 +69,58 @@ def hardened_pod(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _env(values: dict[str, str]) -> list[dict[str, str]]:
+def env_list(values: Mapping[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def _code_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+def code_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, mount) of the training-code ConfigMap at CODE_ROOT/training."""
     volume = {"name": "training-code", "configMap": {"name": CODE_CONFIGMAP}}
     mount = {"name": "training-code", "mountPath": f"{CODE_ROOT}/training", "readOnly": True}
     return volume, mount
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuPodParts:
+    """What every whole-node GPU container needs: the node's GPUs and EFA interfaces with CPU and
+    memory (requests = limits), the fabric env, /dev/shm and the training code."""
+
+    resources: dict[str, Any]
+    env: list[dict[str, str]]
+    mounts: list[dict[str, Any]]
+    volumes: list[dict[str, Any]]
+
+
+def gpu_pod_parts(group: GpuNodeGroupConfig, profile: FabricProfile = FabricProfile.EFA) -> GpuPodParts:
+    instance = group.instance
+    assert instance.gpu is not None  # GPU groups are validated on construction
+    size = worker_resources(instance)
+    limits = {
+        "cpu": size.cpu,
+        "memory": size.memory,
+        "nvidia.com/gpu": str(instance.gpu.count),
+        "vpc.amazonaws.com/efa": str(group.efa_interface_count),
+    }
+    memory_gib = int(size.memory.removesuffix("Gi"))
+    code, code_mount = code_volume()
+    return GpuPodParts(
+        # Requests equal limits: Guaranteed QoS, so NCCL threads are never throttled.
+        resources={"requests": dict(limits), "limits": dict(limits)},
+        env=env_list({**fabric_env(instance, profile), "PYTHONPATH": CODE_ROOT}),
+        mounts=[{"name": "dshm", "mountPath": "/dev/shm"}, code_mount],
+        volumes=[
+            # NCCL's intra-node transport and the data loaders use shared memory; the
+            # container default (64Mi) makes NCCL fail. A quarter of the pod's memory.
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{memory_gib // 4}Gi"}},
+            code,
+        ],
+    )
+
+
 def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
     instance = environment.system_nodes.instance
     requests, limits = head_resources(instance)
-    code_volume, code_mount = _code_volume()
+    code, code_mount = code_volume()
     return {
         "serviceType": "ClusterIP",
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
@@ -95,7 +134,7 @@ def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
                             "name": "ray-head",
                             "image": lock.pinned(RAY_IMAGE),
                             "ports": [{"name": name, "containerPort": port} for name, port in HEAD_PORTS],
-                            "env": _env(
+                            "env": env_list(
                                 {
                                     # The head runs on a GPU-less node; without this the image's
                                     # NVIDIA hooks fail with "failed to initialize NVML".
@@ -111,7 +150,7 @@ def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
                             "volumeMounts": [{"name": "ray-logs", "mountPath": "/tmp/ray"}, code_mount],
                         }
                     ],
-                    "volumes": [{"name": "ray-logs", "emptyDir": {}}, code_volume],
+                    "volumes": [{"name": "ray-logs", "emptyDir": {}}, code],
                 }
             ),
         },
@@ -119,13 +158,8 @@ def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
 
 
 def worker_group(group: GpuNodeGroupConfig, lock: ImageLock, profile: FabricProfile) -> dict[str, Any]:
-    instance = group.instance
-    assert instance.gpu is not None  # GPU groups are validated on construction
-    size = worker_resources(instance)
-    gpus, efa = str(instance.gpu.count), str(group.efa_interface_count)
-    resources = {"cpu": size.cpu, "memory": size.memory, "nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa}
-    memory_gib = int(size.memory.removesuffix("Gi"))
-    code_volume, code_mount = _code_volume()
+    parts = gpu_pod_parts(group, profile)
+    gpus = parts.resources["limits"]["nvidia.com/gpu"]
     return {
         "groupName": group.name,
         "replicas": group.scaling.desired_size,
@@ -143,24 +177,13 @@ def worker_group(group: GpuNodeGroupConfig, lock: ImageLock, profile: FabricProf
                         {
                             "name": "ray-worker",
                             "image": lock.pinned(RAY_IMAGE),
-                            "env": _env({**fabric_env(instance, profile), "PYTHONPATH": CODE_ROOT}),
-                            # Requests equal limits: Guaranteed QoS, so NCCL threads are never throttled.
-                            "resources": {"requests": dict(resources), "limits": dict(resources)},
+                            "env": parts.env,
+                            "resources": parts.resources,
                             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
-                            "volumeMounts": [
-                                {"name": "ray-logs", "mountPath": "/tmp/ray"},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                code_mount,
-                            ],
+                            "volumeMounts": [{"name": "ray-logs", "mountPath": "/tmp/ray"}, *parts.mounts],
                         }
                     ],
-                    "volumes": [
-                        {"name": "ray-logs", "emptyDir": {}},
-                        # NCCL's intra-node transport and the data loaders use shared memory; the
-                        # container default (64Mi) makes NCCL fail. A quarter of the pod's memory.
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{memory_gib // 4}Gi"}},
-                        code_volume,
-                    ],
+                    "volumes": [{"name": "ray-logs", "emptyDir": {}}, *parts.volumes],
                 }
             ),
         },

@@ -17,7 +17,7 @@ from infra.spec.namespaces import TRAINING
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
-from k8s.ray_spec import CODE_ROOT, RAY_IMAGE, hardened_pod, worker_resources
+from k8s.ray_spec import RAY_IMAGE, gpu_pod_parts, hardened_pod
 
 NAMESPACE = TRAINING.name
 RENDEZVOUS_PORT = 29500
@@ -158,17 +158,7 @@ class FabricJobsChart(cdk8s.Chart):
     def _job(
         self, name: str, group: GpuNodeGroupConfig, nodes: int, script: str, config: FabricJobConfig
     ) -> dict[str, Any]:
-        instance = group.instance
-        gpu = instance.gpu
-        assert gpu is not None
-        size = worker_resources(instance)
-        resources = {
-            "cpu": size.cpu,
-            "memory": size.memory,
-            "nvidia.com/gpu": str(gpu.count),
-            "vpc.amazonaws.com/efa": str(group.efa_interface_count),
-        }
-        memory_gib = int(size.memory.removesuffix("Gi"))
+        parts = gpu_pod_parts(group)
         pod = hardened_pod(
             {
                 "subdomain": name,
@@ -191,21 +181,12 @@ class FabricJobsChart(cdk8s.Chart):
                         "name": "probe",
                         "image": self._image,
                         "command": ["/bin/bash", "-c", script],
-                        "env": [
-                            {"name": k, "value": v}
-                            for k, v in {**fabric_env(instance), "PYTHONPATH": CODE_ROOT}.items()
-                        ],
-                        "resources": {"requests": dict(resources), "limits": dict(resources)},
-                        "volumeMounts": [
-                            {"name": "dshm", "mountPath": "/dev/shm"},
-                            {"name": "training-code", "mountPath": f"{CODE_ROOT}/training", "readOnly": True},
-                        ],
+                        "env": parts.env,
+                        "resources": parts.resources,
+                        "volumeMounts": parts.mounts,
                     }
                 ],
-                "volumes": [
-                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{memory_gib // 4}Gi"}},
-                    {"name": "training-code", "configMap": {"name": "training-code"}},
-                ],
+                "volumes": parts.volumes,
             }
         )
         spec = {
