@@ -34,15 +34,19 @@ def manifests(dist: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield f"{path.relative_to(dist)}#{index}", doc
 
 
+def render_manifest(manifest_property: Any) -> list[dict[str, Any]]:
+    """A KubernetesResource's Manifest property as objects; CloudFormation tokens become '<token>'."""
+    if isinstance(manifest_property, str):
+        text = manifest_property
+    else:
+        text = "".join(p if isinstance(p, str) else "<token>" for p in manifest_property["Fn::Join"][1])
+    objects: list[dict[str, Any]] = json.loads(text)
+    return objects
+
+
 def template_manifests(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Kubernetes objects CDK applies through the kubectl provider (tokens become '<token>')."""
     for logical_id, res in template.get("Resources", {}).items():
-        if res.get("Type") != "Custom::AWSCDK-EKS-KubernetesResource":
-            continue
-        prop = res["Properties"]["Manifest"]
-        if isinstance(prop, str):
-            text = prop
-        else:
-            text = "".join(p if isinstance(p, str) else "<token>" for p in prop["Fn::Join"][1])
-        for index, obj in enumerate(json.loads(text)):
-            yield f"{logical_id}#{index}", obj
+        if res.get("Type") == "Custom::AWSCDK-EKS-KubernetesResource":
+            for index, obj in enumerate(render_manifest(res["Properties"]["Manifest"])):
+                yield f"{logical_id}#{index}", obj

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gates.outputs import render_manifest
+
 
 def of_type(template_json: dict[str, Any], cfn_type: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in template_json["Resources"].items() if v["Type"] == cfn_type}
@@ -30,17 +32,6 @@ def nodegroup(template_json: dict[str, Any], suffix: str) -> tuple[str, dict[str
 def launch_template_of(template_json: dict[str, Any], nodegroup_props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     lt_id = nodegroup_props["LaunchTemplate"]["Id"]["Ref"]
     return lt_id, template_json["Resources"][lt_id]
-
-
-def render_manifest(manifest_property: Any) -> list[dict[str, Any]]:
-    """A KubernetesResource's Manifest property as objects; CloudFormation tokens become '<token>'."""
-    if isinstance(manifest_property, str):
-        text = manifest_property
-    else:
-        parts = manifest_property["Fn::Join"][1]
-        text = "".join(part if isinstance(part, str) else "<token>" for part in parts)
-    objects: list[dict[str, Any]] = json.loads(text)
-    return objects
 
 
 def kubernetes_objects(template_json: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
