@@ -18,12 +18,14 @@ from infra.spec import ENVIRONMENTS, Environment
 from infra.spec.namespaces import RAY, TRAINING, TRAINING_NAMESPACES
 from k8s.charts.fabric import FabricJobsChart
 from k8s.charts.namespaces import NamespacesChart
+from k8s.charts.nvrx_job import NVRX_IMAGE, NvrxJobChart
 from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
 from k8s.images import LOCK_PATH, ImageLock, UnpinnedImagesError
+from k8s.nvrx_spec import NvrxFsdpJob
 from k8s.ray_spec import RAY_IMAGE
 from k8s.workloads import RayFinetuneJob
 
-WORKLOAD_IMAGES = [RAY_IMAGE]
+WORKLOAD_IMAGES = [RAY_IMAGE, NVRX_IMAGE]
 
 
 def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
@@ -36,6 +38,7 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
     RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
     RayJobChart(app, "ray-finetune", environment=environment, lock=lock, job=RayFinetuneJob())
     FabricJobsChart(app, "fabric", environment=environment, lock=lock)
+    NvrxJobChart(app, "nvrx-fsdp", environment=environment, lock=lock, job=NvrxFsdpJob())
 
 
 def synth_all(outdir: Path, lock: ImageLock | None = None) -> list[Path]:

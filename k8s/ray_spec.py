@@ -59,8 +59,11 @@ POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def hardened_pod(spec: dict[str, Any]) -> dict[str, Any]:
-    """`spec` with the pod- and container-level settings above applied."""
-    containers = [{**c, "securityContext": dict(CONTAINER_SECURITY)} for c in spec["containers"]]
+    """`spec` with the pod- and container-level settings above applied; a container that brings
+    its own securityContext (built on CONTAINER_SECURITY, e.g. with IPC_LOCK for EFA) keeps it."""
+    containers = [
+        {**c, "securityContext": c.get("securityContext", dict(CONTAINER_SECURITY))} for c in spec["containers"]
+    ]
     return {
         **spec,
         "containers": containers,

@@ -17,6 +17,7 @@ from infra.spec.namespaces import TRAINING
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
+from k8s.job_parts import efa_container_security, efa_job_metadata, headless_service, one_pod_per_node
 from k8s.ray_spec import RAY_IMAGE, gpu_pod_parts, hardened_pod
 
 NAMESPACE = TRAINING.name
@@ -131,29 +132,9 @@ class FabricJobsChart(cdk8s.Chart):
             for kind, script in (("check", check_script), ("ab", ab_script)):
                 name = f"fabric-{kind}-{group.name}"
                 master = f"{name}-0.{name}.{NAMESPACE}.svc"
-                self._service(name)
+                headless_service(self, name, {"rendezvous": RENDEZVOUS_PORT})
                 job = self._job(name, group, nodes, script(group, nodes, master, config), config)
                 self.jobs[name] = job
-
-    def _service(self, name: str) -> None:
-        # Headless: gives pod 0 a stable DNS name for the rendezvous, exposes nothing.
-        cdk8s.ApiObject(
-            self,
-            f"{name}-svc",
-            api_version="v1",
-            kind="Service",
-            metadata=cdk8s.ApiObjectMetadata(name=name),
-        ).add_json_patch(
-            cdk8s.JsonPatch.add(
-                "/spec",
-                {
-                    "clusterIP": "None",
-                    "publishNotReadyAddresses": True,
-                    "selector": {"job-name": name},
-                    "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
-                },
-            )
-        )
 
     def _job(
         self, name: str, group: GpuNodeGroupConfig, nodes: int, script: str, config: FabricJobConfig
@@ -165,17 +146,7 @@ class FabricJobsChart(cdk8s.Chart):
                 "restartPolicy": "Never",
                 "nodeSelector": gpu_group_selector(group.name),
                 "tolerations": [gpu_toleration()],
-                # One pod per node: the point is to cross the network between nodes.
-                "affinity": {
-                    "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {
-                                "labelSelector": {"matchLabels": {"job-name": name}},
-                                "topologyKey": "kubernetes.io/hostname",
-                            }
-                        ]
-                    }
-                },
+                "affinity": one_pod_per_node(name),
                 "containers": [
                     {
                         "name": "probe",
@@ -184,6 +155,7 @@ class FabricJobsChart(cdk8s.Chart):
                         "env": parts.env,
                         "resources": parts.resources,
                         "volumeMounts": parts.mounts,
+                        "securityContext": efa_container_security(),
                     }
                 ],
                 "volumes": parts.volumes,
@@ -199,7 +171,7 @@ class FabricJobsChart(cdk8s.Chart):
             "ttlSecondsAfterFinished": config.ttl_seconds_after_finished,
             "template": {"metadata": {"labels": {"app.kubernetes.io/name": name}}, "spec": pod},
         }
-        cdk8s.ApiObject(
-            self, name, api_version="batch/v1", kind="Job", metadata=cdk8s.ApiObjectMetadata(name=name)
-        ).add_json_patch(cdk8s.JsonPatch.add("/spec", spec))
+        cdk8s.ApiObject(self, name, api_version="batch/v1", kind="Job", metadata=efa_job_metadata(name)).add_json_patch(
+            cdk8s.JsonPatch.add("/spec", spec)
+        )
         return spec

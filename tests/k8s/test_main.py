@@ -23,6 +23,7 @@ EXPECTED_FILES = {
     "ray-cluster.k8s.yaml",
     "ray-finetune.k8s.yaml",
     "fabric.k8s.yaml",
+    "nvrx-fsdp.k8s.yaml",
 }
 
 
@@ -41,6 +42,7 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
         assert kinds["training-code.k8s.yaml"] == ["ConfigMap", "ConfigMap"]
         groups = len(ENVIRONMENTS[env].gpu_node_groups)
         assert sorted(kinds["fabric.k8s.yaml"]) == sorted(["Service", "Job"] * 2 * groups)
+        assert kinds["nvrx-fsdp.k8s.yaml"] == ["Service", "Job"]
 
 
 def test_synth_is_deterministic(tmp_path: Path) -> None:

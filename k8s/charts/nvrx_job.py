@@ -1,0 +1,146 @@
+"""The fault-tolerant FSDP job with NVRx: an Indexed Job (one pod per node, the node's GPUs and
+EFA interfaces) plus a headless Service for the c10d rendezvous, each pod running `ft_launcher`
+over training/nvrx_fsdp.py with checkpoints on the FSx claim.
+
+Why a plain Indexed Job and not JobSet or the Kubeflow PyTorchJob: ft_launcher already restarts
+workers inside the pods, and the Job controller replaces a lost pod; another operator would add a
+third restart layer to reason about and one more thing to install and upgrade on the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cdk8s
+from constructs import Construct
+
+from infra.spec import Environment, GpuNodeGroupConfig
+from infra.spec.namespaces import TRAINING
+from infra.spec.scheduling import gpu_group_selector, gpu_toleration
+from k8s.images import ImageLock
+from k8s.job_parts import efa_container_security, efa_job_metadata, headless_service, one_pod_per_node
+from k8s.nvrx_spec import (
+    CHECKPOINT_MOUNT,
+    INPROCESS_STORE_PORT,
+    RENDEZVOUS_PORT,
+    NvrxFsdpJob,
+    launch_script,
+)
+from k8s.ray_spec import WorkloadError, env_list, gpu_group, gpu_pod_parts, hardened_pod
+
+NAMESPACE = TRAINING.name
+NVRX_IMAGE = "nvrx-train"
+# Exit code of training/nvrx_fsdp.py for bad arguments: retrying cannot help.
+EXIT_BAD_CONFIGURATION = 2
+
+
+def job_nodes(job: NvrxFsdpJob, group: GpuNodeGroupConfig) -> int:
+    nodes = job.nodes if job.nodes is not None else group.scaling.desired_size
+    if not 2 <= nodes <= group.scaling.max_size:
+        raise WorkloadError(
+            f"nvrx.nodes={nodes} does not fit GPU group {group.name!r} (max_size {group.scaling.max_size}); "
+            f"use 2 to {group.scaling.max_size} nodes or raise the group's max_size"
+        )
+    return nodes
+
+
+def checkpoint_volume(environment: Environment) -> dict[str, Any]:
+    storage = environment.add_ons.checkpoint_storage
+    if storage is not None:
+        # The FSx for Lustre claim from the checkpoint-storage add-on (infra/addons/fsx_checkpoints.py).
+        return {"name": "checkpoints", "persistentVolumeClaim": {"claimName": storage.claim_name}}
+    # No shared file system in this environment: checkpoints survive worker restarts inside the
+    # pod (ft_launcher, in-process) but not the pod itself.
+    return {"name": "checkpoints", "emptyDir": {}}
+
+
+class NvrxJobChart(cdk8s.Chart):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        lock: ImageLock,
+        job: NvrxFsdpJob,
+    ) -> None:
+        super().__init__(scope, construct_id, namespace=NAMESPACE, disable_resource_name_hashes=True)
+        group = gpu_group(environment, job.gpu_group)
+        gpu = group.instance.gpu
+        assert gpu is not None
+        self.nodes = job_nodes(job, group)
+        # Pod 0's stable name through the headless Service: rendezvous and the in-process store.
+        host = f"{job.name}-0.{job.name}.{NAMESPACE}.svc"
+        launcher = job.ft_launcher.argv(
+            nodes=self.nodes, gpus_per_node=gpu.count, rendezvous_host=host, rendezvous_id=job.name
+        )
+        self.launcher_argv = launcher
+        self.training_argv = job.training_argv(store_host=host)
+        self.script = launch_script(job, launcher_argv=launcher, training_argv=self.training_argv)
+        headless_service(self, job.name, {"rendezvous": RENDEZVOUS_PORT, "inprocess-store": INPROCESS_STORE_PORT})
+        self.spec = self._job_spec(environment, group, job, lock.pinned(NVRX_IMAGE))
+        cdk8s.ApiObject(
+            self, job.name, api_version="batch/v1", kind="Job", metadata=efa_job_metadata(job.name)
+        ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
+
+    def _job_spec(
+        self, environment: Environment, group: GpuNodeGroupConfig, job: NvrxFsdpJob, image: str
+    ) -> dict[str, Any]:
+        parts = gpu_pod_parts(group)
+        env = [
+            *parts.env,
+            *env_list(job.watchdog_env()),
+            # Model weights are downloaded once to the shared file system, not once per pod.
+            {"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"},
+        ]
+        pod = hardened_pod(
+            {
+                "subdomain": job.name,
+                "restartPolicy": "Never",
+                "nodeSelector": gpu_group_selector(group.name),
+                "tolerations": [gpu_toleration()],
+                "affinity": one_pod_per_node(job.name),
+                # Ranks finish their checkpoint write and ft_launcher stops them cleanly.
+                "terminationGracePeriodSeconds": 120,
+                "containers": [
+                    {
+                        "name": "trainer",
+                        "image": image,
+                        "command": ["/bin/bash", "-c", self.script],
+                        "env": env,
+                        "resources": parts.resources,
+                        "ports": [
+                            {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT},
+                            {"name": "inprocess-store", "containerPort": INPROCESS_STORE_PORT},
+                        ],
+                        "volumeMounts": [*parts.mounts, {"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}],
+                        "securityContext": efa_container_security(),
+                    }
+                ],
+                "volumes": [*parts.volumes, checkpoint_volume(environment)],
+            }
+        )
+        return {
+            "completionMode": "Indexed",
+            "completions": self.nodes,
+            "parallelism": self.nodes,
+            "backoffLimit": job.backoff_limit,
+            "podFailurePolicy": {
+                "rules": [
+                    # Bad arguments fail the Job at once instead of burning the retries.
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": "trainer",
+                            "operator": "In",
+                            "values": [EXIT_BAD_CONFIGURATION],
+                        },
+                    },
+                    # Node drain, preemption, eviction: replace the pod without counting a failure.
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                ]
+            },
+            "activeDeadlineSeconds": job.active_deadline_seconds,
+            "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
+            "template": {"metadata": {"labels": {"app.kubernetes.io/name": job.name}}, "spec": pod},
+        }

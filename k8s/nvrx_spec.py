@@ -1,0 +1,247 @@
+"""Typed settings of the NVRx fault-tolerant FSDP job and the command lines built from them.
+
+Three layers of recovery, fastest first, and the timeouts that keep them in that order:
+
+1. in-process restart (`nvidia_resiliency_ext.inprocess.Wrapper`): an exception or a hung
+   collective is handled inside the same processes within seconds (soft < hard < barrier);
+2. `ft_launcher` (torchrun plus a rank monitor per rank): a dead or silent rank (SIGKILL, OOM,
+   a hang the Wrapper could not break) restarts every worker from the last complete checkpoint;
+3. Kubernetes: a failed pod is replaced by the Job controller (node loss, eviction).
+
+The PyTorch NCCL watchdog must not fire before layer 1 has had its chance: its collective
+timeout and its heartbeat monitor are set above the Wrapper's hard timeout.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from enum import Enum
+
+from k8s.ray_spec import WorkloadError
+
+_PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+
+RENDEZVOUS_PORT = 29500
+# The in-process Wrapper's own TCPStore (per-iteration PrefixStore), next to the rendezvous.
+INPROCESS_STORE_PORT = 29501
+CHECKPOINT_MOUNT = "/checkpoints"
+
+
+class CheckpointMode(Enum):
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+class RestartPolicy(Enum):
+    # Any failed rank restarts every worker of every node (the FSDP world is all or nothing).
+    ANY_FAILED = "any-failed"
+    MIN_HEALTHY = "min-healthy"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointPolicy:
+    every_steps: int = 100
+    mode: CheckpointMode = CheckpointMode.ASYNC
+    keep: int = 3
+
+    def __post_init__(self) -> None:
+        if self.every_steps < 1:
+            raise WorkloadError(f"nvrx.checkpoint.every_steps={self.every_steps} must be at least 1")
+        if self.keep < 2:
+            # While a new checkpoint is being written the previous one is the only complete one.
+            raise WorkloadError(f"nvrx.checkpoint.keep={self.keep} must be at least 2 (one may be in flight)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InProcessRestart:
+    enabled: bool = True
+    # No progress for soft_timeout: a restart of the wrapped function on every rank.
+    soft_timeout_s: int = 60
+    # No progress for hard_timeout: the rank is killed (ft_launcher takes over).
+    hard_timeout_s: int = 90
+    barrier_timeout_s: int = 120
+    # In-process restarts before the Wrapper gives up and the process exits to ft_launcher.
+    max_iterations: int = 5
+
+    def __post_init__(self) -> None:
+        if not 0 < self.soft_timeout_s < self.hard_timeout_s < self.barrier_timeout_s:
+            raise WorkloadError(
+                "nvrx.inprocess timeouts must satisfy 0 < soft < hard < barrier (NVRx Wrapper rule); got "
+                f"soft={self.soft_timeout_s} hard={self.hard_timeout_s} barrier={self.barrier_timeout_s}"
+            )
+        if self.max_iterations < 1:
+            raise WorkloadError(f"nvrx.inprocess.max_iterations={self.max_iterations} must be at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FtLauncherConfig:
+    """`ft_launcher` flags (nvidia-resiliency-ext 0.4.1 spellings, checked with `ft_launcher --help`)."""
+
+    max_restarts: int = 3
+    monitor_interval_s: int = 5
+    # Model download/load from FSx and FSDP sharding happen before the first heartbeat.
+    initial_rank_heartbeat_timeout_s: int = 900
+    rank_heartbeat_timeout_s: int = 300
+    restart_policy: RestartPolicy = RestartPolicy.ANY_FAILED
+    rank_termination_signal: str = "SIGKILL"
+    # The NIC monitor reads InfiniBand `link_downed` counters; EFA devices are not known to
+    # expose them (unverified on p5), so it stays off rather than raising false alarms.
+    enable_nic_monitor: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_restarts <= 100:
+            raise WorkloadError(f"nvrx.ft_launcher.max_restarts={self.max_restarts} must be 0 to 100")
+        if not 0 < self.rank_heartbeat_timeout_s <= self.initial_rank_heartbeat_timeout_s:
+            raise WorkloadError(
+                "nvrx.ft_launcher heartbeat timeouts must satisfy 0 < rank <= initial; got "
+                f"rank={self.rank_heartbeat_timeout_s} initial={self.initial_rank_heartbeat_timeout_s}"
+            )
+        if self.rank_termination_signal not in ("SIGKILL", "SIGTERM"):
+            raise WorkloadError(
+                f"nvrx.ft_launcher.rank_termination_signal={self.rank_termination_signal!r}: use SIGKILL or SIGTERM"
+            )
+
+    def argv(self, *, nodes: int, gpus_per_node: int, rendezvous_host: str, rendezvous_id: str) -> list[str]:
+        """ft_launcher and its flags, up to (not including) the training module.
+
+        `--rdzv-conf=is_host=...` is added per pod by `launch_script` (only pod 0 hosts the store).
+        """
+        return [
+            "ft_launcher",
+            f"--nnodes={nodes}",
+            f"--nproc-per-node={gpus_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rendezvous_host}:{RENDEZVOUS_PORT}",
+            f"--rdzv-id={rendezvous_id}",
+            f"--max-restarts={self.max_restarts}",
+            f"--monitor-interval={self.monitor_interval_s}",
+            f"--ft-initial-rank-heartbeat-timeout={self.initial_rank_heartbeat_timeout_s}",
+            f"--ft-rank-heartbeat-timeout={self.rank_heartbeat_timeout_s}",
+            f"--ft-restart-policy={self.restart_policy.value}",
+            f"--ft-rank-termination-signal={self.rank_termination_signal}",
+            f"--ft-enable-nic-monitor={self.enable_nic_monitor}",
+        ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NvrxFsdpJob:
+    """The fault-tolerant FSDP fine-tune (training/nvrx_fsdp.py) as an Indexed Job."""
+
+    name: str = "nvrx-fsdp"
+    model: str = "Qwen/Qwen2.5-1.5B"
+    steps: int = 2000
+    batch_size: int = 4
+    seq_len: int = 2048
+    seed: int = 0
+    # The GPU node group; None: the environment's first.
+    gpu_group: str | None = None
+    # Nodes (one pod each); None: the group's desired size. Always 2 or more: one node has no
+    # fabric to lose and nothing for ft_launcher's rendezvous to coordinate.
+    nodes: int | None = None
+    checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    inprocess: InProcessRestart = field(default_factory=InProcessRestart)
+    ft_launcher: FtLauncherConfig = field(default_factory=FtLauncherConfig)
+    # Installed (pinned) at container start unless the image already has NVRx.
+    pip: tuple[str, ...] = ("nvidia-resiliency-ext==0.4.1", "transformers==5.23.0")
+    active_deadline_seconds: int = 24 * 3600
+    ttl_seconds_after_finished: int = 86400
+    # Pod replacements (node loss, a launcher that gave up) before the Job fails.
+    backoff_limit: int = 2
+
+    def __post_init__(self) -> None:
+        if not _DNS_LABEL.match(self.name):
+            raise WorkloadError(f"nvrx.name={self.name!r} must be a DNS label of at most 32 characters")
+        for name, value in (("steps", self.steps), ("batch_size", self.batch_size), ("seq_len", self.seq_len)):
+            if value < 1:
+                raise WorkloadError(f"nvrx.{name}={value} must be at least 1")
+        if self.nodes is not None and self.nodes < 2:
+            raise WorkloadError(f"nvrx.nodes={self.nodes} must be at least 2 (a multi-node job)")
+        for requirement in self.pip:
+            if not _PINNED_REQUIREMENT.match(requirement):
+                raise WorkloadError(f"nvrx.pip entry {requirement!r} is not pinned; write it as name==version")
+        if self.active_deadline_seconds < 600:
+            raise WorkloadError(f"nvrx.active_deadline_seconds={self.active_deadline_seconds} is below 600")
+        if not 0 <= self.backoff_limit <= 10:
+            raise WorkloadError(f"nvrx.backoff_limit={self.backoff_limit} must be 0 to 10")
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return f"{CHECKPOINT_MOUNT}/{self.name}"
+
+    @property
+    def collective_timeout_s(self) -> int:
+        """NCCL watchdog timeout: above the Wrapper's hard timeout (NVRx requirement), with room."""
+        return 2 * self.inprocess.hard_timeout_s if self.inprocess.enabled else 1800
+
+    def training_argv(self, *, store_host: str) -> list[str]:
+        """The training module and its flags (the CLI of training/nvrx_fsdp.py)."""
+        argv = [
+            "-m",
+            "training.nvrx_fsdp",
+            f"--model={self.model}",
+            f"--steps={self.steps}",
+            f"--batch-size={self.batch_size}",
+            f"--seq-len={self.seq_len}",
+            f"--seed={self.seed}",
+            "--device=cuda",
+            f"--ckpt-dir={self.checkpoint_dir}",
+            f"--ckpt-every={self.checkpoint.every_steps}",
+            f"--ckpt-mode={self.checkpoint.mode.value}",
+            f"--ckpt-keep={self.checkpoint.keep}",
+            f"--metrics-file={self.checkpoint_dir}/metrics.json",
+        ]
+        if self.inprocess.enabled:
+            argv += [
+                "--inprocess",
+                f"--inprocess-soft-timeout={self.inprocess.soft_timeout_s}",
+                f"--inprocess-hard-timeout={self.inprocess.hard_timeout_s}",
+                f"--inprocess-barrier-timeout={self.inprocess.barrier_timeout_s}",
+                f"--inprocess-max-iterations={self.inprocess.max_iterations}",
+                # ft_launcher sets MASTER_ADDR=localhost in every worker; the Wrapper's store
+                # must be the one on pod 0, named explicitly.
+                f"--store-addr={store_host}:{INPROCESS_STORE_PORT}",
+            ]
+        return argv
+
+    def watchdog_env(self) -> dict[str, str]:
+        """PyTorch/NCCL settings NVRx needs, beside the fabric env (NVRx in-process usage guide)."""
+        env = {
+            # The monitoring thread aborts a process whose NCCL watchdog is stuck; after the
+            # Wrapper's hard timeout, so that in-process restart is tried first.
+            "TORCH_NCCL_ENABLE_MONITORING": "1",
+            "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(self.collective_timeout_s),
+            # Tear the process down on a watchdog-detected NCCL error (PyTorch's default, written
+            # out): ft_launcher then restarts the workers instead of a rank hanging.
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+            # The Wrapper's store polling times out by design; keep c10d's warnings out of the logs.
+            "TORCH_CPP_LOG_LEVEL": "error",
+        }
+        if self.inprocess.enabled:
+            env |= {
+                # A rethrown CUDA/NCCL error in the watchdog kills the process and defeats the
+                # in-process restart (NVRx known issue); the Wrapper handles it instead.
+                "TORCH_NCCL_RETHROW_CUDA_ERRORS": "0",
+                # NVLink SHARP communicators cannot be aborted and re-created in-process
+                # (NVRx known issue); p5's NVSwitch would otherwise enable NVLS.
+                "NCCL_NVLS_ENABLE": "0",
+            }
+        return env
+
+
+def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: list[str]) -> str:
+    """The container's shell script: pinned NVRx if the image lacks it, then exec ft_launcher."""
+    pip = shlex.join(["python", "-m", "pip", "install", "--no-cache-dir", *job.pip])
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            # Pod 0 hosts the c10d rendezvous store; the others connect to it. The endpoint is a
+            # DNS name, which torch cannot reliably match against the pod's own addresses.
+            'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then is_host=1; else is_host=0; fi',
+            f"python -c 'import nvidia_resiliency_ext' 2>/dev/null || {pip}",
+            f"mkdir -p {shlex.quote(job.checkpoint_dir)}",
+            f'exec {shlex.join(launcher_argv)} "--rdzv-conf=is_host=$is_host" {shlex.join(training_argv)}',
+        ]
+    )

@@ -1,0 +1,213 @@
+"""The NVRx fault-tolerant FSDP job: one pod per node with the node's GPUs and EFA, the fabric and
+watchdog env, the checkpoint claim, and an ft_launcher command line that the real parsers accept."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import pytest
+from nvidia_resiliency_ext.fault_tolerance.launcher import get_args_parser
+
+from gates.manifests import check_objects
+from infra.spec import ENVIRONMENTS
+from k8s.charts.nvrx_job import NVRX_IMAGE, NvrxJobChart
+from k8s.fabric_env import fabric_env
+from k8s.images import ImageLock
+from k8s.nvrx_spec import (
+    CheckpointPolicy,
+    FtLauncherConfig,
+    InProcessRestart,
+    NvrxFsdpJob,
+)
+from k8s.ray_spec import WorkloadError
+from tests.k8s.schema import validate_core
+
+DIGEST = "sha256:" + hashlib.sha256(b"nvrx chart test image").hexdigest()
+LOCK = ImageLock.load().with_digest(NVRX_IMAGE, DIGEST)
+
+
+def _chart(env: str, job: NvrxFsdpJob | None = None) -> tuple[NvrxJobChart, dict[str, dict[str, Any]]]:
+    chart = NvrxJobChart(cdk8s.Testing.app(), "n", environment=ENVIRONMENTS[env], lock=LOCK, job=job or NvrxFsdpJob())
+    objects = {f"{o['kind']}/{o['metadata']['name']}": dict(o) for o in cdk8s.Testing.synth(chart)}
+    return chart, objects
+
+
+@pytest.fixture(scope="module")
+def prod() -> tuple[NvrxJobChart, dict[str, dict[str, Any]]]:
+    return _chart("prod")
+
+
+def _pod(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return dict(objects["Job/nvrx-fsdp"]["spec"]["template"]["spec"])
+
+
+def _container(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    (container,) = _pod(objects)["containers"]
+    return dict(container)
+
+
+def _env(objects: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in _container(objects)["env"]}
+
+
+def test_prod_renders_an_indexed_job_of_p5_pods_one_per_node(prod: Any) -> None:
+    _, objects = prod
+    spec = objects["Job/nvrx-fsdp"]["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    pod = _pod(objects)
+    assert pod["nodeSelector"]["platform/gpu-group"] == "p5"
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["restartPolicy"] == "Never"
+    assert pod["subdomain"] == "nvrx-fsdp"
+    service = objects["Service/nvrx-fsdp"]["spec"]
+    assert service["clusterIP"] == "None"
+    assert {p["port"] for p in service["ports"]} == {29500, 29501}
+
+
+def test_each_pod_takes_the_whole_p5_from_the_instance_facts(prod: Any) -> None:
+    _, objects = prod
+    container = _container(objects)
+    facts = ENVIRONMENTS["prod"].gpu_node_groups[0].instance
+    assert facts.gpu is not None
+    assert facts.efa is not None
+    for side in ("requests", "limits"):
+        resources = container["resources"][side]
+        assert resources["nvidia.com/gpu"] == str(facts.gpu.count) == "8"
+        assert resources["vpc.amazonaws.com/efa"] == str(facts.efa.max_interfaces) == "32"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    assert container["image"].endswith("@" + DIGEST)
+    volumes = {v["name"]: v for v in _pod(objects)["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["dshm"] == "/dev/shm"
+
+
+def test_checkpoints_go_to_the_fsx_claim_in_prod_and_an_emptydir_in_dev(prod: Any) -> None:
+    _, objects = prod
+    storage = ENVIRONMENTS["prod"].add_ons.checkpoint_storage
+    assert storage is not None
+    volumes = {v["name"]: v for v in _pod(objects)["volumes"]}
+    assert volumes["checkpoints"] == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": storage.claim_name}}
+    assert {m["name"]: m["mountPath"] for m in _container(objects)["volumeMounts"]}["checkpoints"] == "/checkpoints"
+    _, dev = _chart("dev")
+    assert {v["name"]: v for v in _pod(dev)["volumes"]}["checkpoints"] == {"name": "checkpoints", "emptyDir": {}}
+
+
+def test_fabric_env_is_the_shared_module_and_nvrx_settings_are_explicit(prod: Any) -> None:
+    _, objects = prod
+    env = _env(objects)
+    for name, value in fabric_env(ENVIRONMENTS["prod"].gpu_node_groups[0].instance).items():
+        assert env[name] == value
+    assert env["NCCL_NET"] == "AWS Libfabric"  # forced: no silent fallback to sockets
+    hard = NvrxFsdpJob().inprocess.hard_timeout_s
+    # The NCCL watchdog must not fire before the in-process Wrapper's hard timeout.
+    assert int(env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]) > hard
+    assert env["TORCH_NCCL_RETHROW_CUDA_ERRORS"] == "0"
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+    assert env["HF_HOME"].startswith("/checkpoints/")
+
+
+def test_without_inprocess_restart_the_inprocess_only_settings_are_absent() -> None:
+    job = NvrxFsdpJob(inprocess=InProcessRestart(enabled=False))
+    chart, objects = _chart("prod", job)
+    env = _env(objects)
+    assert "TORCH_NCCL_RETHROW_CUDA_ERRORS" not in env
+    assert "--inprocess" not in chart.training_argv
+
+
+def _exec_argv(script: str) -> list[str]:
+    (line,) = [line for line in script.splitlines() if line.startswith("exec ")]
+    return shlex.split(line.removeprefix("exec "))
+
+
+def test_launcher_command_is_accepted_by_the_real_ft_launcher_parser(prod: Any) -> None:
+    chart, _ = prod
+    argv = _exec_argv(chart.script)
+    assert argv[0] == "ft_launcher"
+    args = get_args_parser().parse_args(argv[1:])
+    assert (args.nnodes, args.nproc_per_node) == ("2", "8")
+    assert args.rdzv_backend == "c10d"
+    assert args.rdzv_endpoint == "nvrx-fsdp-0.nvrx-fsdp.training.svc:29500"
+    assert args.max_restarts == FtLauncherConfig().max_restarts
+    assert args.ft_rank_heartbeat_timeout == FtLauncherConfig().rank_heartbeat_timeout_s
+    assert args.ft_initial_rank_heartbeat_timeout == FtLauncherConfig().initial_rank_heartbeat_timeout_s
+    assert args.ft_enable_nic_monitor is False
+    assert args.module is True
+    assert args.training_script == "training.nvrx_fsdp"
+    assert "--store-addr=nvrx-fsdp-0.nvrx-fsdp.training.svc:29501" in args.training_script_args
+
+
+def test_the_script_runs_and_only_pod_0_hosts_the_rendezvous(prod: Any, tmp_path: Path) -> None:
+    chart, _ = prod
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    # Stand-ins for what the script calls: python (NVRx "installed"), mkdir, and ft_launcher
+    # printing the argv it received, one argument per line.
+    for name, body in (("python", "exit 0"), ("mkdir", "exit 0"), ("ft_launcher", 'printf "%s\\n" "$@"')):
+        path = stubs / name
+        path.write_text(f"#!/bin/bash\n{body}\n")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    for index, is_host in (("0", "1"), ("1", "0")):
+        env = {"PATH": f"{stubs}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": index}
+        result = subprocess.run(["/bin/bash", "-c", chart.script], env=env, capture_output=True, text=True, check=True)
+        received = result.stdout.splitlines()
+        assert received == [*chart.launcher_argv[1:], f"--rdzv-conf=is_host={is_host}", *chart.training_argv]
+
+
+@pytest.mark.parametrize("nodes", [2, 5, 8])
+def test_prod_takes_two_to_eight_p5_nodes(nodes: int) -> None:
+    chart, objects = _chart("prod", NvrxFsdpJob(nodes=nodes))
+    spec = objects["Job/nvrx-fsdp"]["spec"]
+    assert spec["completions"] == spec["parallelism"] == chart.nodes == nodes
+    assert f"--nnodes={nodes}" in chart.launcher_argv
+
+
+def test_more_nodes_than_the_group_allows_is_refused_with_the_fix() -> None:
+    with pytest.raises(WorkloadError, match=r"nvrx.nodes=9 .*max_size 8.*2 to 8"):
+        _chart("prod", NvrxFsdpJob(nodes=9))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: NvrxFsdpJob(nodes=1), r"nvrx.nodes=1 must be at least 2"),
+        (lambda: InProcessRestart(soft_timeout_s=90, hard_timeout_s=60), r"soft < hard < barrier"),
+        (lambda: InProcessRestart(hard_timeout_s=200, barrier_timeout_s=120), r"soft < hard < barrier"),
+        (lambda: CheckpointPolicy(keep=1), r"keep=1 must be at least 2"),
+        (lambda: CheckpointPolicy(every_steps=0), r"every_steps=0"),
+        (lambda: FtLauncherConfig(rank_heartbeat_timeout_s=1000), r"0 < rank <= initial"),
+        (lambda: FtLauncherConfig(rank_termination_signal="SIGHUP"), r"SIGKILL or SIGTERM"),
+        (lambda: NvrxFsdpJob(pip=("nvidia-resiliency-ext",)), r"not pinned"),
+        (lambda: NvrxFsdpJob(name="NVRX"), r"DNS label"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_field(make: Any, message: str) -> None:
+    with pytest.raises(WorkloadError, match=message):
+        make()
+
+
+def test_unknown_gpu_group_is_refused() -> None:
+    with pytest.raises(WorkloadError, match=r"gpu_group='p4'.*allowed: p5, g6"):
+        _chart("prod", NvrxFsdpJob(gpu_group="p4"))
+
+
+def test_every_object_passes_the_schema_and_the_manifest_gate() -> None:
+    for env in ("dev", "prod"):
+        _, objects = _chart(env)
+        for obj in objects.values():
+            validate_core(obj)
+        assert check_objects([(name, o) for name, o in objects.items()]) == []
+
+
+def test_synthesis_is_deterministic() -> None:
+    assert _chart("prod")[1] == _chart("prod")[1]
+    assert os.environ.get("JOB_COMPLETION_INDEX") is None  # nothing leaked into the test process
