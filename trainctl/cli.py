@@ -10,12 +10,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from trainctl import fabric_check, pin
+from trainctl import fabric_check, logs, pin, preflight, status, submit
 from trainctl.exit_codes import ExitCode
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     pin.add_parser,
     fabric_check.add_parser,
+    preflight.add_parser,
+    submit.add_parser,
+    status.add_parser,
+    logs.add_parser,
 )
 
 

@@ -1,0 +1,359 @@
+"""Loopback AWS endpoints for the `trainctl preflight` tests: moto in server mode, and stubs for what it lacks.
+
+moto 5.2.5 (server mode) answers EC2's DescribeInstanceTypeOfferings and DescribeInstanceTypes
+from its own copy of AWS's data, and DescribeVpcs, DescribeSubnets (AvailableIpAddressCount
+included) and DescribeInstances for what a test creates. It does not have:
+
+- ec2:DescribeCapacityReservations (moto keeps no capacity reservations), and no way to change
+  the data behind DescribeInstanceTypes: `Ec2Front` speaks EC2's query/XML protocol, answers
+  those two actions itself for the ids and types a test gives it, and forwards every other
+  request to moto byte for byte.
+- servicequotas:GetServiceQuota for the ec2 service code (moto knows only fixed "vpc" defaults):
+  `FakeServiceQuotas`, JSON 1.1 with X-Amz-Target.
+- eks:DescribeClusterVersions and eks:DescribeAddonVersions: `FakeEks`, REST-JSON.
+
+Each stub is a stdlib ThreadingHTTPServer on 127.0.0.1, port 0, in a thread; `calls` records
+the actions it answered, so a test can tell that a request really reached it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import threading
+import urllib.request
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+from xml.etree import ElementTree
+
+import botocore.session
+from moto.server import ThreadedMotoServer
+
+Reply = tuple[int, dict[str, str], bytes]
+
+EC2_NAMESPACE = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+
+class MotoServer:
+    """moto's whole server on 127.0.0.1:<free port>, reset between tests with its /moto-api/reset."""
+
+    def __init__(self) -> None:
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+
+    def start(self) -> MotoServer:
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on stderr
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.url = f"http://{host}:{port}"
+        return self
+
+    def reset(self) -> None:
+        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        status, headers, payload = self.server.owner.handle(self.command, self.path, dict(self.headers), body)
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _serve  # noqa: N815 (http.server's names)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, owner: LoopbackStub) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.owner = owner
+
+
+class LoopbackStub:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self._server = _Server(self)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> LoopbackStub:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        raise NotImplementedError
+
+
+# --- Service Quotas: JSON 1.1 ------------------------------------------------------------------
+
+
+class FakeServiceQuotas(LoopbackStub):
+    """`applied`: QuotaCode -> the account's value; `defaults`: answered by GetAWSDefaultServiceQuota
+    (GetServiceQuota then says NoSuchResourceException, as for a quota never changed); `denied`:
+    every call is AccessDeniedException."""
+
+    NAMES: Mapping[str, str] = {
+        "L-417A185B": "Running On-Demand P instances",
+        "L-DB2E81BA": "Running On-Demand G and VT instances",
+    }
+
+    def __init__(
+        self, applied: Mapping[str, float], *, defaults: Mapping[str, float] | None = None, denied: bool = False
+    ) -> None:
+        super().__init__()
+        self.applied = dict(applied)
+        self.defaults = dict(defaults or {})
+        self.denied = denied
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        target = headers.get("X-Amz-Target", "")
+        service, _, action = target.partition(".")
+        assert method == "POST", method
+        assert service == "ServiceQuotasV20190624", target
+        assert headers.get("Content-Type") == "application/x-amz-json-1.1"
+        params = json.loads(body)
+        self.calls.append(f"{action} {params.get('QuotaCode')}")
+        if self.denied:
+            return self._error("AccessDeniedException", "User is not authorized to perform servicequotas:" + action)
+        code = params["QuotaCode"]
+        table = self.applied if action == "GetServiceQuota" else self.defaults
+        if params.get("ServiceCode") != "ec2" or code not in table:
+            return self._error("NoSuchResourceException", f"The request failed because the quota {code} is unknown.")
+        quota = {
+            "ServiceCode": "ec2",
+            "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+            "QuotaArn": f"arn:aws:servicequotas:us-east-2:123456789012:ec2/{code}",
+            "QuotaCode": code,
+            "QuotaName": self.NAMES.get(code, code),
+            "Value": table[code],
+            "Unit": "None",
+            "Adjustable": True,
+            "GlobalQuota": False,
+        }
+        return 200, {"Content-Type": "application/x-amz-json-1.1"}, json.dumps({"Quota": quota}).encode()
+
+    @staticmethod
+    def _error(kind: str, message: str) -> Reply:
+        document = {"__type": kind, "message": message}
+        return 400, {"Content-Type": "application/x-amz-json-1.1"}, json.dumps(document).encode()
+
+
+# --- EKS: REST-JSON ---------------------------------------------------------------------------
+
+
+def cluster_version(
+    version: str,
+    status: str = "STANDARD_SUPPORT",
+    *,
+    end_of_standard: datetime | None = None,
+    end_of_extended: datetime | None = None,
+) -> dict[str, Any]:
+    """One entry of DescribeClusterVersions, as EKS writes it (timestamps as epoch seconds)."""
+    entry: dict[str, Any] = {
+        "clusterVersion": version,
+        "clusterType": "eks",
+        "defaultPlatformVersion": "eks.1",
+        "defaultVersion": False,
+        "versionStatus": status,
+        "status": status.lower().replace("_", "-"),
+        "kubernetesPatchVersion": f"{version}.0",
+    }
+    if end_of_standard is not None:
+        entry["endOfStandardSupportDate"] = end_of_standard.timestamp()
+    if end_of_extended is not None:
+        entry["endOfExtendedSupportDate"] = end_of_extended.timestamp()
+    return entry
+
+
+class FakeEks(LoopbackStub):
+    """`versions`: the entries DescribeClusterVersions knows; `addons`: (add-on, Kubernetes version) ->
+    the add-on versions offered for it; `denied`: every call is AccessDeniedException."""
+
+    def __init__(
+        self,
+        versions: Sequence[Mapping[str, Any]],
+        addons: Mapping[tuple[str, str], Sequence[str]],
+        *,
+        denied: bool = False,
+    ) -> None:
+        super().__init__()
+        self.versions = list(versions)
+        self.addons = dict(addons)
+        self.denied = denied
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        url = urlsplit(path)
+        query = parse_qs(url.query)
+        assert method == "GET", (method, path)
+        self.calls.append(f"{url.path} {url.query}")
+        if self.denied:
+            return self._error(403, "AccessDeniedException", f"not authorized to call {url.path}")
+        if url.path == "/cluster-versions":
+            wanted = set(query.get("clusterVersions", []))
+            found = [v for v in self.versions if not wanted or v["clusterVersion"] in wanted]
+            return self._json({"clusterVersions": found})
+        if url.path == "/addons/supported-versions":
+            name = query["addonName"][0]
+            kubernetes = query["kubernetesVersion"][0]
+            offered = self.addons.get((name, kubernetes), [])
+            addons = (
+                [
+                    {
+                        "addonName": name,
+                        "type": "networking",
+                        "owner": "aws",
+                        "publisher": "eks",
+                        "addonVersions": [
+                            {
+                                "addonVersion": version,
+                                "architecture": ["amd64", "arm64"],
+                                "computeTypes": ["ec2"],
+                                "compatibilities": [
+                                    {"clusterVersion": kubernetes, "platformVersions": ["*"], "defaultVersion": i == 0}
+                                ],
+                                "requiresConfiguration": False,
+                            }
+                            for i, version in enumerate(offered)
+                        ],
+                    }
+                ]
+                if offered
+                else []
+            )
+            return self._json({"addons": addons})
+        return self._error(404, "NotFoundException", f"no route {url.path}")
+
+    @staticmethod
+    def _json(document: Mapping[str, Any]) -> Reply:
+        return 200, {"Content-Type": "application/json"}, json.dumps(document).encode()
+
+    @staticmethod
+    def _error(status: int, kind: str, message: str) -> Reply:
+        headers = {"Content-Type": "application/json", "x-amzn-ErrorType": kind}
+        return status, headers, json.dumps({"message": message}).encode()
+
+
+# --- EC2: query/XML, in front of moto ----------------------------------------------------------
+
+_EC2 = botocore.session.get_session().get_service_model("ec2")
+
+
+def _xml(shape: Any, value: Any, tag: str) -> ElementTree.Element:
+    element = ElementTree.Element(tag)
+    if shape.type_name == "structure":
+        for name, member in shape.members.items():
+            if name in value:
+                element.append(_xml(member, value[name], member.serialization.get("name", name)))
+    elif shape.type_name == "list":
+        for item in value:
+            element.append(_xml(shape.member, item, shape.member.serialization.get("name", "item")))
+    elif shape.type_name == "boolean":
+        element.text = "true" if value else "false"
+    elif shape.type_name == "timestamp":
+        element.text = value.strftime("%Y-%m-%dT%H:%M:%S.000Z") if isinstance(value, datetime) else str(value)
+    else:
+        element.text = str(value)
+    return element
+
+
+def ec2_response(operation: str, output: Mapping[str, Any]) -> bytes:
+    """The XML EC2 returns for `operation`, built from boto3-shaped `output` with botocore's model."""
+    shape = _EC2.operation_model(operation).output_shape
+    root = _xml(shape, output, f"{operation}Response")
+    root.set("xmlns", EC2_NAMESPACE)
+    request_id = ElementTree.Element("requestId")
+    request_id.text = "00000000-0000-4000-8000-000000000000"
+    root.insert(0, request_id)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root)
+
+
+def ec2_error(code: str, message: str) -> Reply:
+    body = (
+        f"<?xml version='1.0' encoding='UTF-8'?><Response><Errors><Error><Code>{code}</Code>"
+        f"<Message>{message}</Message></Error></Errors><RequestID>00000000-0000-4000-8000-000000000001</RequestID>"
+        "</Response>"
+    ).encode()
+    return 400, {"Content-Type": "text/xml"}, body
+
+
+class Ec2Front(LoopbackStub):
+    """EC2 for a test: capacity reservations and replaced instance types here, everything else from moto.
+
+    `reservations`: CapacityReservationId -> the boto3-shaped CapacityReservation;
+    `instance_types`: type -> the boto3-shaped InstanceTypeInfo to answer instead of moto's."""
+
+    def __init__(
+        self,
+        moto_url: str,
+        *,
+        reservations: Mapping[str, Mapping[str, Any]] | None = None,
+        instance_types: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.moto = urlsplit(moto_url)
+        self.reservations = dict(reservations or {})
+        self.instance_types = dict(instance_types or {})
+        self.forwarded: list[str] = []
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        action = form.get("Action", "")
+        if action == "DescribeCapacityReservations":
+            self.calls.append(action)
+            ids = [v for k, v in sorted(form.items()) if k.startswith("CapacityReservationId.")]
+            missing = [i for i in ids if i not in self.reservations]
+            if missing:
+                return ec2_error(
+                    "InvalidCapacityReservationId.NotFound",
+                    f"The capacity reservation ID '{missing[0]}' does not exist",
+                )
+            found = [self.reservations[i] for i in ids] if ids else list(self.reservations.values())
+            return 200, {"Content-Type": "text/xml"}, ec2_response(action, {"CapacityReservations": found})
+        requested = [v for k, v in sorted(form.items()) if k.startswith("InstanceType.")]
+        if action == "DescribeInstanceTypes" and requested and all(t in self.instance_types for t in requested):
+            self.calls.append(action)
+            infos = [self.instance_types[t] for t in requested]
+            return 200, {"Content-Type": "text/xml"}, ec2_response(action, {"InstanceTypes": infos})
+        self.forwarded.append(action)
+        return self._forward(method, path, headers, body)
+
+    def _forward(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        connection = http.client.HTTPConnection(self.moto.hostname or "127.0.0.1", self.moto.port, timeout=30)
+        try:
+            skip = {"host", "content-length", "connection"}
+            sent = {k: v for k, v in headers.items() if k.lower() not in skip}
+            connection.request(method, path, body=body, headers=sent)
+            response = connection.getresponse()
+            payload = response.read()
+            kept = {k: v for k, v in response.getheaders() if k.lower() not in {"content-length", "transfer-encoding"}}
+            return response.status, kept, payload
+        finally:
+            connection.close()

@@ -1,0 +1,280 @@
+"""`trainctl logs`: the logs of a Ray job or of Ray pods, or the NCCL fabric verdict on them.
+
+    trainctl logs --env dev --job ID [--follow]         the job's driver log (`ray job logs` in the head pod)
+    trainctl logs --env dev --workers [--follow]        every worker pod of the RayCluster, each line
+                                                        prefixed [pod/NAME/CONTAINER] (as kubectl --prefix)
+    trainctl logs --env dev --pod NAME [--previous]     one pod (its Ray container unless --container)
+    trainctl logs --env dev --workers --fabric          did NCCL use EFA on every rank? The logs are read in
+                                                        full and judged by training.fabric_analyzer (the
+                                                        same verdict and exit code as `trainctl fabric-check`)
+
+Workers are the pods labelled ray.io/node-type=worker (and ray.io/cluster=NAME, see --ray-cluster;
+a RayJob's own cluster is named in `trainctl status`). With --fabric the logs themselves are not
+printed, only the verdict; with --follow it is given when the streams end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import queue
+import sys
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from trainctl.eks_auth import ConnectError, Target, add_connection_arguments, connect
+from trainctl.exit_codes import ExitCode
+from trainctl.kube import (
+    WORKER,
+    KubeError,
+    Pod,
+    exec_in_pod,
+    find_head_pod,
+    get_pod,
+    list_pods,
+    pod_log,
+    ray_selector,
+)
+from trainctl.progress import Progress, TextSink
+from trainctl.ray_jobs import SUBMISSION_ID, logs_command
+from training import fabric_analyzer
+
+
+class LogCollector:
+    """Chunks of several logs, cut into lines: printed (with a per-source prefix) and/or kept."""
+
+    def __init__(self, out: TextIO | None = None, *, prefix: bool = False, echo: bool = True, keep: bool = False):
+        self._out = out
+        self._prefix = prefix
+        self._echo = echo
+        self._keep = keep
+        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
+        self._partial: dict[str, str] = {}
+        self.lines: dict[str, list[str]] = {}
+
+    def feed(self, source: str, data: bytes) -> None:
+        decoder = self._decoders.setdefault(source, codecs.getincrementaldecoder("utf-8")(errors="replace"))
+        self._add(source, decoder.decode(data))
+
+    def end(self, source: str) -> None:
+        decoder = self._decoders.pop(source, None)
+        if decoder is not None:
+            self._add(source, decoder.decode(b"", final=True))
+        rest = self._partial.pop(source, "")
+        if rest:
+            self._emit(source, [rest])
+
+    def _add(self, source: str, text: str) -> None:
+        self.lines.setdefault(source, [])
+        if not text:
+            return
+        pieces = (self._partial.pop(source, "") + text).split("\n")
+        if pieces[-1]:
+            self._partial[source] = pieces[-1]
+        self._emit(source, pieces[:-1])
+
+    def _emit(self, source: str, lines: list[str]) -> None:
+        if self._keep:
+            self.lines[source].extend(lines)
+        if self._echo and lines:
+            out = self._out if self._out is not None else sys.stdout
+            lead = f"[{source}] " if self._prefix else ""
+            out.write("".join(f"{lead}{line}\n" for line in lines))
+            out.flush()
+
+
+@dataclass
+class Collected:
+    collector: LogCollector
+    errors: list[str] = field(default_factory=list)
+
+
+def _source(pod: Pod, container: str) -> str:
+    return f"pod/{pod.name}/{container}"
+
+
+def _container(pod: Pod, wanted: str | None) -> str:
+    if wanted is None:
+        return pod.container
+    if wanted not in pod.containers:
+        raise KubeError(f"pod {pod} has no container {wanted!r} (it has: {', '.join(pod.containers)})")
+    return wanted
+
+
+def read_pods(
+    target: Target,
+    pods: Iterable[Pod],
+    collector: LogCollector,
+    *,
+    container: str | None = None,
+    follow: bool = False,
+    previous: bool = False,
+) -> list[str]:
+    """Logs of the pods into the collector: one after the other, or all at once when following. Errors per pod."""
+    errors: list[str] = []
+    jobs: list[tuple[Pod, str]] = []
+    for pod in pods:
+        try:
+            jobs.append((pod, _container(pod, container)))
+        except KubeError as exc:
+            errors.append(str(exc))
+
+    def read(pod: Pod, name: str, sink: Any) -> None:
+        source = _source(pod, name)
+        for chunk in pod_log(target.api, pod, name, follow=follow, previous=previous, timeout=target.request_timeout):
+            sink(source, chunk)
+
+    if not follow:
+        for pod, name in jobs:
+            try:
+                read(pod, name, collector.feed)
+            except KubeError as exc:
+                errors.append(str(exc))
+            finally:
+                collector.end(_source(pod, name))
+        return errors
+    chunks: queue.Queue[tuple[str, bytes | KubeError | None]] = queue.Queue()
+
+    def pump(pod: Pod, name: str) -> None:
+        try:
+            read(pod, name, lambda source, chunk: chunks.put((source, chunk)))
+        except KubeError as exc:
+            chunks.put((_source(pod, name), exc))
+        finally:
+            chunks.put((_source(pod, name), None))
+
+    for pod, name in jobs:
+        threading.Thread(target=pump, args=(pod, name), name=f"logs {pod}", daemon=True).start()
+    active = len(jobs)
+    while active:
+        source, item = chunks.get()
+        if isinstance(item, KubeError):
+            errors.append(str(item))
+        elif item is None:
+            active -= 1
+            collector.end(source)
+        else:
+            collector.feed(source, item)
+    return errors
+
+
+def read_job(target: Target, submission_id: str, collector: LogCollector, *, follow: bool = False) -> list[str]:
+    """`ray job logs ID` in the head pod, into the collector as source job/ID."""
+    head = find_head_pod(target.api, target.namespace, target.ray_cluster, timeout=target.request_timeout)
+    source = f"job/{submission_id}"
+    progress = Progress()
+    result = exec_in_pod(
+        target.api,
+        head,
+        logs_command(submission_id, follow=follow),
+        on_stdout=lambda chunk: collector.feed(source, chunk),
+        capture=False,
+        on_stderr=TextSink(sys.stderr),
+        on_idle=progress.idle(f"job {submission_id}'s log") if follow else None,
+    )
+    collector.end(source)
+    if not result.ok:
+        return [f"`ray job logs {submission_id}` in {head} failed: {result.why()} (is the submission id right?)"]
+    return []
+
+
+def worker_pods(target: Target) -> list[Pod]:
+    selector = ray_selector(WORKER, target.ray_cluster)
+    pods = list_pods(target.api, target.namespace, selector, timeout=target.request_timeout)
+    if not pods:
+        raise KubeError(
+            f"no Ray worker pods in namespace {target.namespace} (-l {selector}); is the RayCluster up "
+            "(or pass the RayJob's cluster with --ray-cluster)?"
+        )
+    return pods
+
+
+def collect(args: argparse.Namespace, target: Target, collector: LogCollector) -> list[str]:
+    if args.job is not None:
+        return read_job(target, args.job, collector, follow=args.follow)
+    if args.workers:
+        pods = worker_pods(target)
+    else:
+        pods = [get_pod(target.api, target.namespace, args.pod, timeout=target.request_timeout)]
+    return read_pods(target, pods, collector, container=args.container, follow=args.follow, previous=args.previous)
+
+
+def judge(collector: LogCollector, errors: list[str], *, as_json: bool, out: TextIO | None = None) -> ExitCode:
+    """The fabric analyzer's report on the collected logs; its exit status is ours."""
+    analyzer = fabric_analyzer.Analyzer()
+    for source, lines in collector.lines.items():
+        analyzer.feed(lines, source)
+    report = analyzer.report()
+    report.errors.extend(errors)
+    stream = out if out is not None else sys.stdout
+    if as_json:
+        stream.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        text, err = report.render()
+        stream.write(text)
+        sys.stderr.write(err)
+    return ExitCode(int(report.exit_status))
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "logs",
+        help="logs of a Ray job, a pod or every Ray worker; --fabric: did NCCL use EFA",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: 0 logs read (--fabric: every rank used EFA), 1 --fabric: a rank fell back to "
+        "sockets or a non-efa provider, 2 could not read (all) the logs, 3 --fabric: no NCCL network lines "
+        "(set NCCL_DEBUG=INFO)",
+    )
+    add_connection_arguments(parser)
+    what = parser.add_argument_group("what").add_mutually_exclusive_group(required=True)
+    what.add_argument("--job", metavar="SUBMISSION_ID", help="the Ray job's driver log (ray job logs)")
+    what.add_argument("--pod", metavar="NAME", help="one pod of the namespace")
+    what.add_argument("--workers", action="store_true", help="every Ray worker pod of the RayCluster")
+    parser.add_argument("--container", metavar="NAME", help="pod logs: this container (default: the Ray container)")
+    parser.add_argument("--previous", action="store_true", help="pod logs: of the previous, crashed container")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep streaming until the job or pods end")
+    parser.add_argument(
+        "--fabric", action="store_true", help="print the NCCL fabric verdict on the logs instead of the logs"
+    )
+    parser.add_argument("--json", action="store_true", help="with --fabric: the verdict as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.json and not args.fabric:
+        sys.stderr.write("error: --json goes with --fabric (logs are printed as they are)\n")
+        return int(ExitCode.ERROR)
+    if args.job is not None and (args.container or args.previous):
+        sys.stderr.write("error: --container and --previous go with --pod or --workers, not --job\n")
+        return int(ExitCode.ERROR)
+    if args.job is not None and not SUBMISSION_ID.match(args.job):
+        sys.stderr.write(f"error: --job {args.job!r} is not a submission id\n")
+        return int(ExitCode.ERROR)
+    collector = LogCollector(prefix=bool(args.workers), echo=not args.fabric, keep=args.fabric)
+    try:
+        target = connect(args)
+    except ConnectError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return int(ExitCode.ERROR)
+    try:
+        try:
+            errors = collect(args, target, collector)
+        except KubeError as exc:
+            errors = [str(exc)]
+            if not args.fabric:
+                sys.stderr.write(f"error: {exc}\n")
+                return int(ExitCode.ERROR)
+    except KeyboardInterrupt:
+        sys.stderr.write("trainctl: interrupted\n")
+        return int(ExitCode.ERROR)
+    finally:
+        target.api.close()
+    if args.fabric:
+        return int(judge(collector, errors, as_json=args.json))
+    for message in errors:
+        sys.stderr.write(f"error: {message}\n")
+    return int(ExitCode.ERROR if errors else ExitCode.OK)

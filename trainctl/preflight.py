@@ -1,0 +1,928 @@
+"""`trainctl preflight`: before `cdk deploy`, ask AWS whether an environment can be built as declared.
+
+    trainctl preflight --env prod                  the checks as a table, in prod's own region
+    trainctl preflight --env prod --json           one JSON document, for machines
+    trainctl preflight --env dev --region us-east-1
+                                                   another region (warned: the zone names are dev's)
+
+Read-only calls with the caller's credentials (environment, AWS_PROFILE or --profile, SSO,
+instance role); the declarations come from infra/spec (environments, instances, versions):
+
+  offering    each GPU instance type is offered in the GPU zone       ec2:DescribeInstanceTypeOfferings
+  instance    EFA supported; EFA interfaces and network cards cover   ec2:DescribeInstanceTypes
+              what the node group attaches; GPUs and vCPUs as in
+              infra/spec/instances.py
+  quota       On-Demand vCPU quotas, P (L-417A185B) and G and VT      servicequotas:GetServiceQuota
+              (L-DB2E81BA), cover the on-demand GPU groups at max
+              size plus a rolling update's surge node
+  capacity    a configured reservation or Capacity Block exists, is   ec2:DescribeCapacityReservations
+              active (or scheduled), and matches type, zone, count
+  kubernetes  EKS offers KUBERNETES_VERSION in the region             eks:DescribeClusterVersions
+  add-on      EKS offers each pinned managed add-on version for it    eks:DescribeAddonVersions
+  subnet      if the VPC is deployed: each private subnet has free    ec2:DescribeVpcs, DescribeSubnets,
+              addresses for its nodes' interfaces and pods                DescribeInstances
+
+One row per check and subject: PASS, WARN (deployable, but read the reason) or FAIL, with the
+reason and the fix. A check that could not run (no credentials, endpoint unreachable, access
+denied) is a FAIL row whose reason starts with "could not run:".
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, TextIO
+
+from infra.spec import ENVIRONMENTS, ConfigError, Environment, GpuNodeGroupConfig, get_environment
+from infra.spec.addressing import (
+    AWS_RESERVED_PER_SUBNET,
+    ROLLING_UPDATE_SURGE,
+    addresses_per_node,
+    gpu_zone_demand,
+    subnet_overhead,
+)
+from infra.spec.efa import efa_layout
+from infra.spec.environments import CapacityKind
+from infra.spec.versions import CORE_ADDONS, KUBERNETES_VERSION, MANAGED_ADDONS
+from trainctl.aws import SERVICES, Aws, AwsError, ErrorKind
+from trainctl.exit_codes import ExitCode
+from trainctl.output import table, to_json
+
+# infra/stage.py tags every resource of an environment's stack with this key and the environment's name.
+ENVIRONMENT_TAG = "platform:environment"
+# CloudFormation tags what a stack creates with the stack's name (infra/stage.py: <cluster>-platform).
+STACK_NAME_TAG = "aws:cloudformation:stack-name"
+
+# Managed add-ons outside CORE_ADDONS, and whether an environment installs them (infra/addons/).
+OPTIONAL_ADDONS: Mapping[str, Callable[[Environment], bool]] = {
+    "aws-fsx-csi-driver": lambda env: env.add_ons.checkpoint_storage is not None,
+    "eks-node-monitoring-agent": lambda env: env.add_ons.node_monitoring_agent,
+}
+
+
+class Status(StrEnum):
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+
+
+class Check(StrEnum):
+    OFFERING = "offering"
+    INSTANCE = "instance"
+    QUOTA = "quota"
+    CAPACITY = "capacity"
+    KUBERNETES = "kubernetes"
+    ADDON = "add-on"
+    SUBNET = "subnet"
+
+
+API: Mapping[Check, str] = {
+    Check.OFFERING: "ec2:DescribeInstanceTypeOfferings",
+    Check.INSTANCE: "ec2:DescribeInstanceTypes",
+    Check.QUOTA: "servicequotas:GetServiceQuota",
+    Check.CAPACITY: "ec2:DescribeCapacityReservations",
+    Check.KUBERNETES: "eks:DescribeClusterVersions",
+    Check.ADDON: "eks:DescribeAddonVersions",
+    Check.SUBNET: "ec2:DescribeVpcs, ec2:DescribeSubnets, ec2:DescribeInstances",
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: Check
+    subject: str
+    status: Status
+    reason: str
+    fix: str | None = None
+    error_kind: str | None = None
+    """Set (an trainctl.aws.ErrorKind) when the check could not run; its status is then FAIL."""
+
+    @property
+    def ran(self) -> bool:
+        return self.error_kind is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "check": self.check.value,
+            "subject": self.subject,
+            "status": self.status.value,
+            "reason": self.reason,
+            "fix": self.fix,
+            "api": API[self.check],
+            "ran": self.ran,
+            "error_kind": self.error_kind,
+        }
+
+
+def could_not_run(check: Check, subject: str, error: AwsError, region: str) -> CheckResult:
+    fixes = {
+        ErrorKind.NO_CREDENTIALS: "configure credentials (aws configure, aws sso login, AWS_PROFILE or --profile) "
+        "and run again",
+        ErrorKind.INVALID_CREDENTIALS: "refresh the credentials (an expired session?) and run again",
+        ErrorKind.UNREACHABLE: f"check network access to the AWS endpoints of {region} (proxy, VPN, region name)",
+        ErrorKind.ACCESS_DENIED: f"allow {error.api} (read-only) for the caller, or run as a role that has it",
+        ErrorKind.UNSUPPORTED: "upgrade boto3 and botocore; the installed version lacks this API",
+    }
+    return CheckResult(
+        check,
+        subject,
+        Status.FAIL,
+        f"could not run: {error.api}: {error}",
+        fixes.get(error.kind, "run again; if it persists, look the error code up"),
+        error.kind.value,
+    )
+
+
+def _group_subject(group: GpuNodeGroupConfig) -> str:
+    return f"{group.name} ({group.instance_type})"
+
+
+def _date(value: object) -> str:
+    return value.date().isoformat() if isinstance(value, datetime) else str(value)
+
+
+# --- 1. instance type offered in the GPU zone ---------------------------------------------------
+
+
+def evaluate_offering(group: GpuNodeGroupConfig, zone: str, offered: Iterable[str], region: str) -> CheckResult:
+    if group.instance_type in set(offered):
+        return CheckResult(Check.OFFERING, _group_subject(group), Status.PASS, f"offered in {zone}")
+    return CheckResult(
+        Check.OFFERING,
+        _group_subject(group),
+        Status.FAIL,
+        f"{group.instance_type} is not offered in {zone} (region {region})",
+        f"set gpu_availability_zone (infra/spec/environments.py) to a zone of the VPC that offers it: "
+        f"aws ec2 describe-instance-type-offerings --location-type availability-zone "
+        f"--filters Name=instance-type,Values={group.instance_type} --region {region}; or pick another type",
+    )
+
+
+# --- 2. EFA, network cards, GPUs: EC2's view against infra/spec/instances.py ---------------------
+
+
+def evaluate_instance(group: GpuNodeGroupConfig, info: Mapping[str, Any] | None, region: str) -> CheckResult:
+    subject = _group_subject(group)
+    facts = group.instance
+    # GpuNodeGroupConfig validates both.
+    assert facts.gpu is not None
+    assert facts.efa is not None
+    if info is None:
+        return CheckResult(
+            Check.INSTANCE,
+            subject,
+            Status.FAIL,
+            f"EC2 in {region} does not know {group.instance_type}",
+            "pick an instance type EC2 offers in the region (aws ec2 describe-instance-types)",
+        )
+    attached = group.efa_interface_count
+    cards_used = max(slot.network_card_index for slot in efa_layout(facts, attached)) + 1
+    network = info.get("NetworkInfo", {})
+    efa_supported = network.get("EfaSupported") is True
+    max_efa = network.get("EfaInfo", {}).get("MaximumEfaInterfaces")
+    cards = network.get("MaximumNetworkCards")
+    gpus = sum(int(g.get("Count", 0)) for g in info.get("GpuInfo", {}).get("Gpus", []))
+    vcpus = info.get("VCpuInfo", {}).get("DefaultVCpus")
+
+    failures: list[str] = []
+    if not efa_supported:
+        failures.append("EC2 reports no EFA support (NetworkInfo.EfaSupported)")
+    elif max_efa is None or max_efa < attached:
+        failures.append(
+            f"the node group attaches {attached} EFA interface(s), EC2 allows {max_efa} (EfaInfo.MaximumEfaInterfaces)"
+        )
+    if cards is None or cards < cards_used:
+        failures.append(f"the interface layout uses {cards_used} network card(s), EC2 reports {cards}")
+    if gpus != facts.gpu.count:
+        failures.append(
+            f"EC2 reports {gpus} GPU(s), infra/spec/instances.py {facts.gpu.count} (jobs request GPUs by that number)"
+        )
+    if failures:
+        return CheckResult(
+            Check.INSTANCE,
+            subject,
+            Status.FAIL,
+            "; ".join(failures),
+            f"correct the facts of {group.instance_type} in infra/spec/instances.py from "
+            f"`aws ec2 describe-instance-types --instance-types {group.instance_type}`"
+            + (f", or set efa_interfaces of group {group.name} to at most {max_efa}" if max_efa else ""),
+        )
+    drift = [
+        f"{what} {actual} (facts: {declared})"
+        for what, actual, declared in (
+            ("MaximumEfaInterfaces", max_efa, facts.efa.max_interfaces),
+            ("MaximumNetworkCards", cards, facts.network_cards),
+            ("DefaultVCpus", vcpus, facts.vcpus),
+        )
+        if actual != declared
+    ]
+    if drift:
+        return CheckResult(
+            Check.INSTANCE,
+            subject,
+            Status.WARN,
+            "the node group fits, but EC2 differs from infra/spec/instances.py: " + ", ".join(drift),
+            f"update the facts of {group.instance_type} in infra/spec/instances.py (quota and address "
+            "arithmetic derive from them)",
+        )
+    return CheckResult(
+        Check.INSTANCE,
+        subject,
+        Status.PASS,
+        f"EFA: attaches {attached} of {max_efa} interface(s) on {cards_used} of {cards} network card(s); "
+        f"{gpus} GPUs, {vcpus} vCPUs as declared",
+    )
+
+
+# --- 3. On-Demand vCPU quotas ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VcpuQuota:
+    code: str
+    name: str
+    families: tuple[str, ...]
+    """Letters that start the instance family name (p5e -> p)."""
+
+
+VCPU_QUOTAS = (
+    VcpuQuota("L-417A185B", "Running On-Demand P instances", ("p",)),
+    VcpuQuota("L-DB2E81BA", "Running On-Demand G and VT instances", ("g", "vt")),
+)
+
+
+def quota_for(instance_type: str) -> VcpuQuota | None:
+    letters = re.match(r"[a-z]+", instance_type)
+    prefix = letters.group() if letters else ""
+    return next((q for q in VCPU_QUOTAS if prefix in q.families), None)
+
+
+def vcpus_needed(groups: Sequence[GpuNodeGroupConfig], *, surge: int = 0) -> int:
+    return sum((g.scaling.max_size + surge) * g.instance.vcpus for g in groups)
+
+
+def evaluate_quota(quota: VcpuQuota, groups: Sequence[GpuNodeGroupConfig], value: float, region: str) -> CheckResult:
+    subject = f"{quota.code} ({quota.name})"
+    need = vcpus_needed(groups)
+    with_surge = vcpus_needed(groups, surge=ROLLING_UPDATE_SURGE)
+    parts = ", ".join(f"{g.name}: {g.scaling.max_size} x {g.instance.vcpus}" for g in groups)
+    surge_parts = ", ".join(
+        f"{g.name}: ({g.scaling.max_size}+{ROLLING_UPDATE_SURGE}) x {g.instance.vcpus}" for g in groups
+    )
+    fix = (
+        f"request at least {with_surge} vCPUs: aws service-quotas request-service-quota-increase "
+        f"--service-code ec2 --quota-code {quota.code} --desired-value {with_surge} --region {region}"
+    )
+    if value < need:
+        return CheckResult(
+            Check.QUOTA, subject, Status.FAIL, f"{value:g} vCPUs < {need} needed at max size ({parts})", fix
+        )
+    if value < with_surge:
+        return CheckResult(
+            Check.QUOTA,
+            subject,
+            Status.WARN,
+            f"{value:g} vCPUs cover max size ({need}) but not a rolling update's surge node ({with_surge})",
+            fix,
+        )
+    return CheckResult(
+        Check.QUOTA,
+        subject,
+        Status.PASS,
+        f"{value:g} vCPUs >= {with_surge} needed at max size plus a surge node ({surge_parts}); "
+        "instances already running in the region count against it too",
+    )
+
+
+def evaluate_unquoted(group: GpuNodeGroupConfig) -> CheckResult:
+    """A group the On-Demand quotas do not apply to: on a reservation, or of a family without a known quota."""
+    if group.capacity.kind is not CapacityKind.ON_DEMAND:
+        return CheckResult(
+            Check.QUOTA,
+            _group_subject(group),
+            Status.PASS,
+            f"skipped: runs on {group.capacity.kind.value} {group.capacity.reservation_id} (see the capacity row)",
+        )
+    return CheckResult(
+        Check.QUOTA,
+        _group_subject(group),
+        Status.WARN,
+        f"no On-Demand vCPU quota known for the family of {group.instance_type}",
+        "check its quota in the Service Quotas console (EC2) by hand",
+    )
+
+
+# --- 4. capacity reservations and Capacity Blocks ------------------------------------------------
+
+READY_STATES = frozenset({"active"})
+NOT_YET_STATES = frozenset({"scheduled", "payment-pending", "pending", "assessing", "delayed"})
+# Capacity Blocks show zero instances until they start; the size is in this tag.
+REQUESTED_QUANTITY_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
+
+
+def reservation_instance_count(reservation: Mapping[str, Any]) -> int:
+    total = int(reservation.get("TotalInstanceCount", 0))
+    if total == 0 and reservation.get("State") in NOT_YET_STATES:
+        for tag in reservation.get("Tags", []):
+            if tag.get("Key") == REQUESTED_QUANTITY_TAG and str(tag.get("Value", "")).isdigit():
+                return int(tag["Value"])
+    return total
+
+
+def evaluate_capacity(
+    group: GpuNodeGroupConfig,
+    reservation: Mapping[str, Any] | None,
+    *,
+    zone: str,
+    nodes_needed: int,
+    region: str,
+) -> CheckResult:
+    """`nodes_needed`: the max size of every group that launches into this reservation, summed."""
+    subject = _group_subject(group)
+    capacity = group.capacity
+    if capacity.kind is CapacityKind.ON_DEMAND or capacity.reservation_id is None:
+        return CheckResult(Check.CAPACITY, subject, Status.PASS, "plain On-Demand capacity: no reservation to check")
+    label = "Capacity Block" if capacity.kind is CapacityKind.CAPACITY_BLOCK else "capacity reservation"
+    rid = capacity.reservation_id
+    config_fix = f"or change capacity of group {group.name} in infra/spec/environments.py"
+    if reservation is None:
+        return CheckResult(
+            Check.CAPACITY,
+            subject,
+            Status.FAIL,
+            f"{label} {rid} not found in {region} (or not shared with this account)",
+            f"check the id and region: aws ec2 describe-capacity-reservations --capacity-reservation-ids {rid} "
+            f"--region {region}; {config_fix}",
+        )
+    state = str(reservation.get("State", "unknown"))
+    count = reservation_instance_count(reservation)
+    problems: list[str] = []
+    if reservation.get("InstanceType") != group.instance_type:
+        problems.append(f"it holds {reservation.get('InstanceType')}, the group launches {group.instance_type}")
+    if reservation.get("AvailabilityZone") != zone:
+        problems.append(f"it is in {reservation.get('AvailabilityZone')}, the GPU zone is {zone}")
+    kind = reservation.get("ReservationType")
+    expected_kind = "capacity-block" if capacity.kind is CapacityKind.CAPACITY_BLOCK else "default"
+    if kind is not None and kind != expected_kind:
+        actual = "a Capacity Block" if kind == "capacity-block" else "an On-Demand Capacity Reservation"
+        problems.append(f"it is {actual}, the group is declared {capacity.kind.value}")
+    if count < nodes_needed:
+        problems.append(f"it holds {count} instance(s), the node group(s) on it scale to {nodes_needed}")
+    platform = reservation.get("InstancePlatform")
+    if platform is not None and platform != "Linux/UNIX":
+        problems.append(f"its platform is {platform}, EKS nodes need Linux/UNIX")
+    if state not in READY_STATES | NOT_YET_STATES:
+        problems.insert(0, f"it is {state}")
+    end = reservation.get("EndDate")
+    until = f" until {_date(end)}" if end is not None else ""
+    if problems:
+        return CheckResult(
+            Check.CAPACITY,
+            subject,
+            Status.FAIL,
+            f"{label} {rid}: " + "; ".join(problems),
+            f"use a {label} that is active or scheduled, in {zone}, for {nodes_needed} x {group.instance_type}; "
+            + config_fix,
+        )
+    if state in NOT_YET_STATES:
+        start = reservation.get("StartDate")
+        starts = f", starts {_date(start)}" if start is not None else ""
+        return CheckResult(
+            Check.CAPACITY,
+            subject,
+            Status.WARN,
+            f"{label} {rid} is {state}{starts}{until}: {count} x {group.instance_type} in {zone}; "
+            "nodes cannot launch before it is active",
+            "deploy now and let the nodes start when it becomes active, or deploy after the start date",
+        )
+    available = reservation.get("AvailableInstanceCount")
+    if isinstance(available, int) and available < nodes_needed:
+        return CheckResult(
+            Check.CAPACITY,
+            subject,
+            Status.WARN,
+            f"{label} {rid} active{until}, but only {available} of {count} instance(s) unused "
+            f"(the group scales to {nodes_needed})",
+            "see what runs in it: aws ec2 describe-instances "
+            f"--filters Name=capacity-reservation-id,Values={rid} --region {region}",
+        )
+    return CheckResult(
+        Check.CAPACITY,
+        subject,
+        Status.PASS,
+        f"{label} {rid} active{until}: {count} x {group.instance_type} in {zone} (needs {nodes_needed})",
+    )
+
+
+# --- 5. Kubernetes version and managed add-ons ---------------------------------------------------
+
+
+def evaluate_kubernetes(version: str, entries: Sequence[Mapping[str, Any]], region: str) -> CheckResult:
+    subject = f"Kubernetes {version}"
+    fix_version = (
+        f"set KUBERNETES_VERSION in infra/spec/versions.py to a version EKS offers "
+        f"(aws eks describe-cluster-versions --region {region}), with the matching kubectl layer"
+    )
+    entry = next((e for e in entries if e.get("clusterVersion") == version), None)
+    if entry is None:
+        return CheckResult(
+            Check.KUBERNETES, subject, Status.FAIL, f"EKS in {region} does not offer Kubernetes {version}", fix_version
+        )
+    status = str(entry.get("versionStatus") or entry.get("status") or "").upper().replace("-", "_")
+    standard_end = entry.get("endOfStandardSupportDate")
+    extended_end = entry.get("endOfExtendedSupportDate")
+    if status == "STANDARD_SUPPORT":
+        until = f" until {_date(standard_end)}" if standard_end is not None else ""
+        return CheckResult(Check.KUBERNETES, subject, Status.PASS, f"in standard support{until}")
+    if status == "EXTENDED_SUPPORT":
+        until = f" until {_date(extended_end)}" if extended_end is not None else ""
+        return CheckResult(
+            Check.KUBERNETES,
+            subject,
+            Status.WARN,
+            f"in extended support{until} (charged extra per cluster hour)",
+            "plan the upgrade: " + fix_version,
+        )
+    return CheckResult(
+        Check.KUBERNETES,
+        subject,
+        Status.FAIL,
+        f"EKS reports it {status.lower().replace('_', ' ') or 'with no support status'}",
+        fix_version,
+    )
+
+
+def environment_addons(env: Environment) -> list[str]:
+    """The managed add-ons the environment installs, in MANAGED_ADDONS order."""
+    return [
+        name
+        for name in MANAGED_ADDONS
+        if name in CORE_ADDONS or name not in OPTIONAL_ADDONS or OPTIONAL_ADDONS[name](env)
+    ]
+
+
+def evaluate_addon(name: str, pinned: str, kubernetes_version: str, offered: Sequence[str]) -> CheckResult:
+    subject = f"{name} {pinned}"
+    if pinned in offered:
+        return CheckResult(Check.ADDON, subject, Status.PASS, f"offered for Kubernetes {kubernetes_version}")
+    fix = (
+        f"pin an offered version in MANAGED_ADDONS (infra/spec/versions.py): aws eks describe-addon-versions "
+        f"--kubernetes-version {kubernetes_version} --addon-name {name}"
+    )
+    if not offered:
+        return CheckResult(
+            Check.ADDON, subject, Status.FAIL, f"EKS offers no {name} version for Kubernetes {kubernetes_version}", fix
+        )
+    shown = ", ".join(offered[:3]) + (", ..." if len(offered) > 3 else "")
+    return CheckResult(
+        Check.ADDON,
+        subject,
+        Status.FAIL,
+        f"not offered for Kubernetes {kubernetes_version} (offered: {shown})",
+        fix,
+    )
+
+
+# --- 6. free addresses in the private subnets ---------------------------------------------------
+
+
+def addresses_needed(env: Environment, zone: str) -> int:
+    """Free addresses a private subnet needs (infra/spec/addressing.py; AWS's reserved 5 are never free)."""
+    if zone == env.gpu_availability_zone:
+        return gpu_zone_demand(env) - AWS_RESERVED_PER_SUBNET
+    system = env.system_nodes
+    nodes = addresses_per_node(system.instance) * (system.scaling.max_size + ROLLING_UPDATE_SURGE)
+    return nodes + subnet_overhead() - AWS_RESERVED_PER_SUBNET
+
+
+def addresses_held(instances: Iterable[Mapping[str, Any]]) -> int:
+    """Private addresses on the interfaces of running instances (they count among the needed ones)."""
+    return sum(len(eni.get("PrivateIpAddresses", [])) for i in instances for eni in i.get("NetworkInterfaces", []))
+
+
+def evaluate_subnet(
+    zone: str,
+    subnet: Mapping[str, Any] | None,
+    *,
+    needed: int,
+    held: int,
+    cluster_name: str,
+    gpu_zone: bool,
+) -> CheckResult:
+    if subnet is None:
+        return CheckResult(
+            Check.SUBNET,
+            f"private {zone}",
+            Status.WARN,
+            f"the deployed VPC has no private subnet in {zone}",
+            "compare network.availability_zones in infra/spec/environments.py with the deployed VPC",
+        )
+    subject = f"private {zone} ({subnet.get('SubnetId')}, {subnet.get('CidrBlock')})"
+    available = int(subnet.get("AvailableIpAddressCount", 0))
+    what = "GPU and system nodes" if gpu_zone else "system nodes"
+    basis = f"{what} at max size plus surge, their interfaces and pods, control plane, endpoints"
+    held_text = f" + {held} held by {cluster_name}'s nodes" if held else ""
+    if available + held >= needed:
+        return CheckResult(
+            Check.SUBNET, subject, Status.PASS, f"{available} free{held_text} >= {needed} needed ({basis})"
+        )
+    return CheckResult(
+        Check.SUBNET,
+        subject,
+        Status.FAIL,
+        f"{available} free{held_text} < {needed} needed ({basis})",
+        "free addresses in the subnet (unused network interfaces, other workloads), lower max_size of the node "
+        "groups, or enlarge network.private_subnet_prefix (a new VPC)",
+    )
+
+
+# --- running the checks ------------------------------------------------------------------------
+
+Progress = Callable[[str], None]
+
+
+def _attempt(
+    results: list[CheckResult],
+    check: Check,
+    subjects: Sequence[str],
+    region: str,
+    action: Callable[[], list[CheckResult]],
+) -> None:
+    """Run one check's calls; if they fail, one could-not-run row per subject."""
+    try:
+        results.extend(action())
+    except AwsError as exc:
+        results.extend(could_not_run(check, subject, exc, region) for subject in subjects)
+
+
+def run_checks(env: Environment, aws: Aws, *, progress: Progress | None = None) -> list[CheckResult]:
+    """Every check of the environment against `aws.region`; never raises for an AWS failure."""
+    region = aws.region
+    zone = env.gpu_availability_zone
+    groups = env.gpu_node_groups
+    subjects = [_group_subject(g) for g in groups]
+    results: list[CheckResult] = []
+
+    def say(message: str) -> None:
+        if progress is not None:
+            progress(message)
+
+    if groups:
+        say(f"instance type offerings in {zone}")
+
+        def offering() -> list[CheckResult]:
+            offered = aws.offered_instance_types(zone, sorted({g.instance_type for g in groups}))
+            return [evaluate_offering(g, zone, offered, region) for g in groups]
+
+        _attempt(results, Check.OFFERING, subjects, region, offering)
+        infos: dict[str, dict[str, Any] | None] = {}
+        for group in groups:
+            say(f"EFA and GPUs of {group.instance_type}")
+
+            def instance(group: GpuNodeGroupConfig = group) -> list[CheckResult]:
+                if group.instance_type not in infos:
+                    infos[group.instance_type] = aws.instance_type_info(group.instance_type)
+                return [evaluate_instance(group, infos[group.instance_type], region)]
+
+            _attempt(results, Check.INSTANCE, [_group_subject(group)], region, instance)
+
+        on_demand = [g for g in groups if g.capacity.kind is CapacityKind.ON_DEMAND]
+        for quota in VCPU_QUOTAS:
+            members = [g for g in on_demand if quota_for(g.instance_type) is quota]
+            if not members:
+                continue
+            say(f"quota {quota.code} ({quota.name})")
+
+            def quota_check(quota: VcpuQuota = quota, members: list[GpuNodeGroupConfig] = members) -> list[CheckResult]:
+                value = float(aws.service_quota(quota.code)["Value"])
+                return [evaluate_quota(quota, members, value, region)]
+
+            _attempt(results, Check.QUOTA, [f"{quota.code} ({quota.name})"], region, quota_check)
+        results.extend(evaluate_unquoted(g) for g in groups if g not in on_demand or quota_for(g.instance_type) is None)
+
+        reservations: dict[str, dict[str, Any] | None] = {}
+        for group in groups:
+            rid = group.capacity.reservation_id
+            if rid is not None:
+                say(f"{group.capacity.kind.value} {rid}")
+            sharing = sum(g.scaling.max_size for g in groups if rid is not None and g.capacity.reservation_id == rid)
+
+            def capacity(
+                group: GpuNodeGroupConfig = group, rid: str | None = rid, sharing: int = sharing
+            ) -> list[CheckResult]:
+                if rid is not None and rid not in reservations:
+                    reservations[rid] = aws.capacity_reservation(rid)
+                found = reservations.get(rid) if rid is not None else None
+                return [evaluate_capacity(group, found, zone=zone, nodes_needed=sharing, region=region)]
+
+            _attempt(results, Check.CAPACITY, [_group_subject(group)], region, capacity)
+
+    say(f"EKS support of Kubernetes {KUBERNETES_VERSION}")
+
+    def kubernetes() -> list[CheckResult]:
+        return [evaluate_kubernetes(KUBERNETES_VERSION, aws.cluster_versions(KUBERNETES_VERSION), region)]
+
+    _attempt(results, Check.KUBERNETES, [f"Kubernetes {KUBERNETES_VERSION}"], region, kubernetes)
+    for name in environment_addons(env):
+        pinned = MANAGED_ADDONS[name]
+        say(f"add-on {name} {pinned}")
+
+        def addon(name: str = name, pinned: str = pinned) -> list[CheckResult]:
+            offered = aws.addon_versions(name, KUBERNETES_VERSION)
+            return [evaluate_addon(name, pinned, KUBERNETES_VERSION, offered)]
+
+        _attempt(results, Check.ADDON, [f"{name} {pinned}"], region, addon)
+
+    say("private subnets of the deployed VPC")
+    _attempt(results, Check.SUBNET, ["vpc"], region, lambda: subnet_checks(env, aws))
+    return results
+
+
+def subnet_checks(env: Environment, aws: Aws) -> list[CheckResult]:
+    vpcs = aws.vpcs_tagged(ENVIRONMENT_TAG, env.name)
+    if not vpcs:
+        return [
+            CheckResult(
+                Check.SUBNET,
+                "vpc",
+                Status.PASS,
+                f"no VPC tagged {ENVIRONMENT_TAG}={env.name} in {aws.region}: not deployed yet; the plan's CIDR "
+                "arithmetic is checked at synth (infra/spec/addressing.py)",
+            )
+        ]
+    matching = [v for v in vpcs if v.get("CidrBlock") == env.network.cidr]
+    if not matching:
+        found = ", ".join(f"{v.get('VpcId')} ({v.get('CidrBlock')})" for v in vpcs)
+        return [
+            CheckResult(
+                Check.SUBNET,
+                "vpc",
+                Status.WARN,
+                f"VPC(s) tagged {ENVIRONMENT_TAG}={env.name} have another CIDR than the declared "
+                f"{env.network.cidr}: {found}; subnets not checked",
+                "find out which stack owns them; a deploy with another CIDR replaces the VPC",
+            )
+        ]
+    stack = f"{env.cluster.name}-platform"
+    vpc = next(
+        (
+            v
+            for v in matching
+            if any(t.get("Key") == STACK_NAME_TAG and t.get("Value") == stack for t in v.get("Tags", []))
+        ),
+        matching[0],
+    )
+    by_zone = {s.get("AvailabilityZone"): s for s in aws.private_subnets(str(vpc["VpcId"]))}
+    results = []
+    for zone in env.network.availability_zones:
+        subnet = by_zone.get(zone)
+        needed = addresses_needed(env, zone)
+        held = 0
+        if subnet is not None and int(subnet.get("AvailableIpAddressCount", 0)) < needed:
+            held = addresses_held(aws.cluster_instances(str(subnet["SubnetId"]), env.cluster.name))
+        results.append(
+            evaluate_subnet(
+                zone,
+                subnet,
+                needed=needed,
+                held=held,
+                cluster_name=env.cluster.name,
+                gpu_zone=zone == env.gpu_availability_zone,
+            )
+        )
+    return results
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+@dataclass
+class PreflightReport:
+    environment: str
+    region: str | None
+    environment_region: str | None
+    results: list[CheckResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """Problems that kept every check from starting (an unknown environment)."""
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status is Status.FAIL and r.ran]
+
+    @property
+    def not_run(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.ran]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """1 when a check ran and failed (even if others could not run): there is something to fix.
+        2 when nothing failed but some check could not run, or none could start: no verdict."""
+        if self.errors:
+            return ExitCode.ERROR
+        if self.failed:
+            return ExitCode.CHECK_FAILED
+        if self.not_run:
+            return ExitCode.ERROR
+        return ExitCode.OK
+
+    def counts(self) -> dict[str, int]:
+        counts = {status.value: sum(1 for r in self.results if r.status is status) for status in Status}
+        counts["could_not_run"] = len(self.not_run)
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": "preflight",
+            "environment": self.environment,
+            "region": self.region,
+            "environment_region": self.environment_region,
+            "exit_code": int(self.exit_code),
+            "summary": self.summary(),
+            "counts": self.counts(),
+            "checks": [r.to_json() for r in self.results],
+            "warnings": list(self.warnings),
+            "errors": list(self.errors),
+        }
+
+    def summary(self) -> str:
+        if self.errors:
+            return f"preflight could not run: {self.errors[0]}"
+        counts = self.counts()
+        tally = f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL"
+        where = f"environment {self.environment} in {self.region}"
+        not_run = self.not_run
+        if self.failed:
+            names = ", ".join(f"{r.check.value} {r.subject}" for r in self.failed)
+            also = f"; {len(not_run)} could not run" if not_run else ""
+            return f"preflight failed for {where}: {tally} ({names}){also}. Fix them before cdk deploy"
+        if not_run:
+            first = not_run[0].reason.removeprefix("could not run: ")
+            return (
+                f"preflight incomplete for {where}: {len(not_run)} of {len(self.results)} check(s) could not run "
+                f"({first}); none of the others failed"
+            )
+        warn = "; read the WARN rows" if counts["WARN"] else ""
+        return f"preflight passed for {where}: {tally}{warn}"
+
+    def fixes(self) -> list[str]:
+        """One line per distinct fix, naming the row it is for, or how many rows (of which checks) share it."""
+        by_fix: dict[str, list[CheckResult]] = {}
+        for result in self.results:
+            if result.fix:
+                by_fix.setdefault(result.fix, []).append(result)
+        lines = []
+        for fix, results in by_fix.items():
+            if len(results) == 1:
+                label = f"{results[0].status.value} {results[0].check.value} {results[0].subject}"
+            else:
+                checks = ", ".join(dict.fromkeys(r.check.value for r in results))
+                label = f"{len(results)} rows ({checks})"
+            lines.append(f"{label}: {fix}")
+        return lines
+
+    def render(self) -> tuple[str, str]:
+        """(stdout, stderr): the table, the fixes and the summary; warnings and errors on stderr."""
+        out: list[str] = []
+        if self.results:
+            rows = [[r.check.value, r.subject, r.status.value, r.reason] for r in self.results]
+            out.append(table(["CHECK", "SUBJECT", "STATUS", "REASON"], rows))
+            fixes = self.fixes()
+            if fixes:
+                out += ["", "fixes:", *(f"  {line}" for line in fixes)]
+            out.append("")
+        err = [f"warning: {w}" for w in self.warnings] + [f"error: {e}" for e in self.errors]
+        if self.errors:  # nothing ran: the error on stderr is the whole story
+            return "", "".join(f"{line}\n" for line in err)
+        out.append(self.summary())
+        return "\n".join(out) + "\n", "".join(f"{line}\n" for line in err)
+
+
+def preflight(
+    env_name: str,
+    *,
+    region: str | None = None,
+    profile: str | None = None,
+    endpoint_urls: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> PreflightReport:
+    try:
+        env = get_environment(env_name)
+    except ConfigError as exc:
+        report = PreflightReport(env_name, region, None)
+        report.errors.append(
+            f"unknown environment {env_name!r}; known: {exc.allowed} (declared in infra/spec/environments.py)"
+        )
+        return report
+    chosen = region or env.region
+    report = PreflightReport(env.name, chosen, env.region)
+    if chosen != env.region:
+        report.warnings.append(
+            f"--region {chosen} differs from environment {env.name}'s region {env.region}: its zone names "
+            f"({', '.join(env.network.availability_zones)}) and cdk deploy use {env.region}"
+        )
+    aws = Aws(region=chosen, profile=profile, endpoint_urls=endpoint_urls)
+    report.results = run_checks(env, aws, progress=progress)
+    return report
+
+
+# --- command line ------------------------------------------------------------------------------
+
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+
+
+def _region(text: str) -> str:
+    if not _REGION.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an AWS region name (e.g. us-east-2)")
+    return text
+
+
+def _endpoint(text: str) -> tuple[str, str]:
+    service, equals, url = text.partition("=")
+    if not equals or service not in SERVICES:
+        service, url = "*", text
+    if not re.match(r"^https?://[^\s/]+", url):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected URL or SERVICE=URL with SERVICE one of {', '.join(SERVICES)} and an http(s) URL"
+        )
+    return service, url
+
+
+class StderrProgress:
+    """One line on stderr, rewritten per call, and cleared at the end; only on a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.shown = False
+
+    def __call__(self, message: str) -> None:
+        self.stream.write(f"\r\033[Kpreflight: checking {message} ...")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "preflight",
+        help="before cdk deploy: check with AWS that an environment's GPU types, EFA, quotas, capacity, "
+        "Kubernetes version, add-ons and subnet addresses will work",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: 0 no check failed (WARN rows allowed), 1 a check failed, 2 could not run "
+        "(unknown environment, bad arguments, or a check could not run and none failed: no credentials, "
+        "endpoint unreachable, access denied)",
+    )
+    parser.add_argument(
+        "--env",
+        required=True,
+        metavar="NAME",
+        help=f"the environment: {', '.join(ENVIRONMENTS)} (infra/spec/environments.py)",
+    )
+    parser.add_argument(
+        "--region",
+        type=_region,
+        help="the region to ask (default: the environment's own; another one is warned about)",
+    )
+    parser.add_argument("--profile", help="the AWS profile (default: boto3's choice, e.g. AWS_PROFILE)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument(
+        "--endpoint-url",
+        type=_endpoint,
+        action="append",
+        default=[],
+        metavar="[SERVICE=]URL",
+        help=f"send requests to another endpoint, e.g. a local emulator; SERVICE is one of {', '.join(SERVICES)} "
+        "(default: all three); repeatable",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    endpoints: dict[str, str] = dict(args.endpoint_url)
+    progress = StderrProgress(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        report = preflight(
+            args.env, region=args.region, profile=args.profile, endpoint_urls=endpoints, progress=progress
+        )
+    finally:
+        if progress is not None:
+            progress.clear()
+    if args.json:
+        sys.stdout.write(to_json(report.to_json()) + "\n")
+        _, err = report.render()
+        sys.stderr.write(err)
+    else:
+        out, err = report.render()
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+    return int(report.exit_code)
