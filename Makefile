@@ -29,7 +29,7 @@ help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
 	@echo "make test    lint, type check, the gates (make check) and the pytest suite"
 	@echo "make check   security and validation gates over cdk.out/ and the manifests (synthesizes first)"
-	@echo "make bench   synth time per environment and test-suite time (medians)"
+	@echo "make bench   synth and test-suite times; NVRx recovery times and checkpoint stall (medians, ratios)"
 	@echo "make clean   remove cdk.out/ and dist/ (keeps the toolchain)"
 
 $(STAMP_PY): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
@@ -87,6 +87,7 @@ fmt: install
 
 bench: install
 	python scripts/bench.py
+	python scripts/bench_nvrx.py --png docs/nvrx-bench.png
 
 lock: $(STAMP_PY)
 	{ echo "# Every transitive Python package, pinned (pip freeze of requirements-dev.txt). Regenerate with 'make lock'."; \

@@ -63,7 +63,8 @@ class InProcessRestart:
     # No progress for hard_timeout: the rank is killed (ft_launcher takes over).
     hard_timeout_s: int = 90
     barrier_timeout_s: int = 120
-    # In-process restarts before the Wrapper gives up and the process exits to ft_launcher.
+    # Runs of the training function (the first included) before the Wrapper gives up and the
+    # process exits, leaving the restart to ft_launcher.
     max_iterations: int = 5
 
     def __post_init__(self) -> None:
@@ -173,8 +174,11 @@ class NvrxFsdpJob:
 
     @property
     def collective_timeout_s(self) -> int:
-        """NCCL watchdog timeout: above the Wrapper's hard timeout (NVRx requirement), with room."""
-        return 2 * self.inprocess.hard_timeout_s if self.inprocess.enabled else 1800
+        """NCCL collective (watchdog) timeout: it tears the process down, so it must outlast the
+        Wrapper's hard timeout (NVRx requirement); hard + barrier, as training/nvrx_fsdp.py derives."""
+        if self.inprocess.enabled:
+            return self.inprocess.hard_timeout_s + self.inprocess.barrier_timeout_s
+        return 1800
 
     def training_argv(self, *, store_host: str) -> list[str]:
         """The training module and its flags (the CLI of training/nvrx_fsdp.py)."""
@@ -192,6 +196,7 @@ class NvrxFsdpJob:
             f"--ckpt-mode={self.checkpoint.mode.value}",
             f"--ckpt-keep={self.checkpoint.keep}",
             f"--metrics-file={self.checkpoint_dir}/metrics.json",
+            f"--pg-timeout={self.collective_timeout_s}",
         ]
         if self.inprocess.enabled:
             argv += [

@@ -29,11 +29,10 @@ from ray.train.v2.api.config import RunConfig, ScalingConfig
 from ray.train.v2.torch.torch_trainer import TorchTrainer
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
+from training.fsdp import load_model, shard_model
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B"
 WEIGHTS_FILE = "model.safetensors"
@@ -98,28 +97,6 @@ def worker_device(plan: DevicePlan) -> torch.device:
     device = ray.train.torch.get_device()
     torch.cuda.set_device(device)
     return device
-
-
-def load_model(name_or_path: str) -> PreTrainedModel:
-    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32)
-    model.config.use_cache = False
-    return model
-
-
-def shard_model(model: PreTrainedModel, plan: DevicePlan, world_size: int) -> None:
-    """FSDP2: each decoder layer is its own unit, the root unit holds the rest (embeddings, norm, head).
-
-    fully_shard also moves the shards from CPU to the mesh's device.
-    """
-    mesh = init_device_mesh(plan.device_type, (world_size,))
-    mp_policy = MixedPrecisionPolicy(param_dtype=plan.compute_dtype, reduce_dtype=torch.float32)
-    layer_classes = set(getattr(model, "_no_split_modules", None) or [])
-    layers = [module for module in model.modules() if type(module).__name__ in layer_classes]
-    if not layers:
-        raise ValueError(f"found no decoder layers ({sorted(layer_classes)}) to shard in {type(model).__name__}")
-    for layer in layers:
-        fully_shard(layer, mesh=mesh, mp_policy=mp_policy)
-    fully_shard(model, mesh=mesh, mp_policy=mp_policy)
 
 
 def load_tokenizer(job: TrainJob) -> PreTrainedTokenizerBase | None:
@@ -225,7 +202,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     model = load_model(job.model)
     tokenizer = load_tokenizer(job)
     source = batch_source(job, tokenizer, int(model.config.vocab_size), rank, world_size)
-    shard_model(model, job.device, world_size)
+    shard_model(
+        model, device_type=job.device.device_type, compute_dtype=job.device.compute_dtype, world_size=world_size
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr)
     model.train()
     tokens_per_step = job.batch_size * job.seq_len * world_size

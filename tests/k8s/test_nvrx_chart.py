@@ -211,3 +211,24 @@ def test_every_object_passes_the_schema_and_the_manifest_gate() -> None:
 def test_synthesis_is_deterministic() -> None:
     assert _chart("prod")[1] == _chart("prod")[1]
     assert os.environ.get("JOB_COMPLETION_INDEX") is None  # nothing leaked into the test process
+
+
+def test_training_flags_are_accepted_by_the_real_training_cli(prod: Any) -> None:
+    from training.nvrx_fsdp import parse_job
+
+    chart, _ = prod
+    job = NvrxFsdpJob()
+    # argv[0:2] is "-m training.nvrx_fsdp"; the rest is what the module's own parser gets.
+    assert chart.training_argv[:2] == ["-m", "training.nvrx_fsdp"]
+    parsed = parse_job(chart.training_argv[2:])
+    assert parsed.steps == job.steps
+    assert parsed.ckpt_every == job.checkpoint.every_steps
+    assert parsed.ckpt_mode == job.checkpoint.mode.value
+    assert parsed.ckpt_keep == job.checkpoint.keep
+    assert parsed.inprocess.enabled is True
+    assert parsed.inprocess.hard_timeout_s == job.inprocess.hard_timeout_s
+    assert parsed.store_addr is not None
+    assert parsed.pg_timeout_s == job.collective_timeout_s
+    # The NCCL watchdog outlasts the Wrapper's hard timeout (NVRx requirement).
+    assert parsed.pg_timeout_s > parsed.inprocess.hard_timeout_s
+    assert str(parsed.ckpt_dir) == job.checkpoint_dir

@@ -1,0 +1,258 @@
+"""Checkpoint layout, commit markers and cleanup; save/load round trips of an FSDP2 model with every saver.
+
+The round trips run in this process, in a one-rank gloo world (the multi-rank behaviour is covered by the real
+ft_launcher runs in test_nvrx_fsdp.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import HashStore
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from training import checkpointing as ckpt
+from training.checkpointing import MARKER, Commit, TrainState
+
+
+def commit_dir(root: Path, step: int, *, world_size: int = 2) -> Path:
+    directory = ckpt.step_dir(root, step)
+    directory.mkdir(parents=True)
+    (directory / "__0_0.distcp").write_bytes(b"shard")
+    ckpt.write_marker(directory, Commit(step=step, world_size=world_size, finalized_at=time.time(), saver="sync"))
+    return directory
+
+
+def partial_dir(root: Path, step: int) -> Path:
+    directory = ckpt.step_dir(root, step)
+    directory.mkdir(parents=True)
+    (directory / "__0_0.distcp").write_bytes(b"half a shard")
+    return directory
+
+
+def test_step_directory_names() -> None:
+    assert ckpt.step_dir(Path("/c"), 123) == Path("/c/step_000000123")
+    assert ckpt.parse_step("step_000000123") == 123
+    for name in (
+        "step_123",
+        "step_00000012a",
+        "step_" + "\uff10" * 7 + "\uff11\uff12",
+        "tmp",
+        "step_",
+        "xstep_000000001",
+    ):
+        assert ckpt.parse_step(name) is None, name
+
+
+def test_marker_is_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    commit = Commit(step=4, world_size=2, finalized_at=1.5, saver="torch-async")
+    directory = partial_dir(tmp_path, 4)
+    ckpt.write_marker(directory, commit)
+    assert ckpt.read_marker(directory) == commit
+    assert json.loads((directory / MARKER).read_text()) == {
+        "step": 4,
+        "world_size": 2,
+        "finalized_at": 1.5,
+        "saver": "torch-async",
+    }
+    assert sorted(p.name for p in directory.iterdir()) == [MARKER, "__0_0.distcp"], "no temporary file left behind"
+
+    # A crash between writing the temporary file and renaming it leaves no marker, only the temporary file.
+    other = partial_dir(tmp_path, 6)
+
+    def crash(src: Any, dst: Any) -> None:
+        raise OSError("power cut")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="power cut"):
+        ckpt.write_marker(other, Commit(step=6, world_size=2, finalized_at=2.0, saver="sync"))
+    assert not (other / MARKER).exists()
+    assert ckpt.read_marker(other) is None
+    assert ckpt.latest_complete(tmp_path) == directory
+
+
+def test_latest_complete_ignores_partial_and_stray_entries(tmp_path: Path) -> None:
+    assert ckpt.latest_complete(tmp_path / "missing") is None
+    assert ckpt.latest_complete(tmp_path) is None
+    commit_dir(tmp_path, 2)
+    newest = commit_dir(tmp_path, 4)
+    partial_dir(tmp_path, 6)  # a save cut short: shards, no marker
+    truncated = partial_dir(tmp_path, 8)
+    (truncated / MARKER).write_text('{"step": 8, "world')  # torn marker (written without the atomic rename)
+    mismatched = partial_dir(tmp_path, 10)
+    (mismatched / MARKER).write_text(json.dumps({"step": 9, "world_size": 2, "finalized_at": 0, "saver": "x"}))
+    (tmp_path / "step_000000012").write_text("a file, not a directory")
+    (tmp_path / "step_abc").mkdir()
+    (tmp_path / "lost+found").mkdir()
+    (tmp_path / "journal.jsonl").write_text("{}\n")
+
+    assert ckpt.latest_complete(tmp_path) == newest
+    assert ckpt.committed_steps(tmp_path) == [2, 4]
+    assert ckpt.incomplete_steps(tmp_path) == [6, 8, 10]
+
+
+def test_cleanup_keeps_the_newest_committed(tmp_path: Path) -> None:
+    for step in (2, 4, 6):
+        commit_dir(tmp_path, step)
+    partial_dir(tmp_path, 3)  # older than the newest committed: a dead save
+    partial_dir(tmp_path, 8)  # newer: maybe a save in progress
+    assert ckpt.cleanup(tmp_path, keep=2) == [2, 3]
+    assert ckpt.committed_steps(tmp_path) == [4, 6]
+    assert ckpt.incomplete_steps(tmp_path) == [8]
+    assert ckpt.cleanup(tmp_path, keep=1) == [4]
+    assert ckpt.committed_steps(tmp_path) == [6]
+    assert ckpt.cleanup(tmp_path, keep=1) == []
+    assert ckpt.latest_complete(tmp_path) == ckpt.step_dir(tmp_path, 6)
+    with pytest.raises(ValueError, match="keep must be at least 1"):
+        ckpt.cleanup(tmp_path, keep=0)
+    assert ckpt.committed_steps(tmp_path) == [6]
+
+
+# --- round trips in a one-rank gloo world ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ckpt_group() -> Iterator[dist.ProcessGroup]:
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        yield dist.new_group(backend="gloo")
+    finally:
+        dist.destroy_process_group()
+
+
+def make_state() -> TrainState:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    mesh = init_device_mesh("cpu", (1,))
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    state = TrainState(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2))
+    train(state)
+    return state
+
+
+def train(state: TrainState) -> None:
+    loss = state.model(torch.randn(4, 8)).square().mean()
+    loss.backward()
+    state.optimizer.step()
+    state.optimizer.zero_grad()
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().clone()
+
+
+def snapshot(state: TrainState) -> dict[str, torch.Tensor]:
+    out = {f"param.{name}": full(p) for name, p in state.model.named_parameters()}
+    for index, param in enumerate(state.model.parameters()):
+        for key, value in state.optimizer.state[param].items():
+            out[f"optim.{index}.{key}"] = full(value)
+    return out
+
+
+def assert_same(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -> None:
+    assert left.keys() == right.keys()
+    for key in left:
+        assert torch.equal(left[key], right[key]), key
+
+
+def draw() -> tuple[list[float], float, float]:
+    return torch.rand(3).tolist(), random.random(), float(np.random.rand())
+
+
+def new_saver(name: str, root: Path, group: dist.ProcessGroup, **kwargs: Any) -> ckpt.Saver:
+    mode: Literal["async", "sync"] = "sync" if name == "sync" else "async"
+    backend: Literal["torch", "nvrx"] = "nvrx" if name == "nvrx-async" else "torch"
+    return ckpt.make_saver(mode, backend, root, keep=2, group=group, device=torch.device("cpu"), **kwargs)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["sync", "torch-async", "nvrx-async"])
+def test_round_trip_restores_model_optimizer_and_rng(ckpt_group: dist.ProcessGroup, tmp_path: Path, name: str) -> None:
+    state = make_state()
+    commits: list[int] = []
+    saver = new_saver(name, tmp_path, ckpt_group, on_commit=lambda record: commits.append(record.step))
+    assert saver.name == name
+    try:
+        torch.manual_seed(11)
+        random.seed(12)
+        np.random.seed(13)
+        saver.save(5, state)
+        expected_draws = draw()
+        saved = snapshot(state)
+        assert saver.finalize() in (5, None)  # None: the sync saver had already committed
+        assert commits == [5]
+        assert saver.last_committed == 5
+        record = saver.records[-1]
+        assert record.step == 5
+        assert record.stall_s > 0
+        assert record.committed_at is not None
+    finally:
+        saver.close()
+    marker = ckpt.read_marker(ckpt.step_dir(tmp_path, 5))
+    assert marker is not None
+    assert (marker.step, marker.world_size, marker.saver) == (5, 1, name)
+    assert marker.finalized_at <= record.committed_at
+
+    train(state)  # the model and optimizer move on, and the RNGs with them
+    assert not torch.equal(snapshot(state)["param.0.weight"], saved["param.0.weight"])
+    partial_dir(tmp_path, 6)  # a newer save that never finished
+    restored = ckpt.load(tmp_path, state, ckpt_group)
+    assert restored is not None
+    assert (restored.step, restored.saver, restored.rng_restored) == (5, name, True)
+    assert_same(snapshot(state), saved)
+    assert draw() == expected_draws
+
+
+def test_load_without_a_committed_checkpoint_returns_none(ckpt_group: dist.ProcessGroup, tmp_path: Path) -> None:
+    partial_dir(tmp_path, 2)
+    assert ckpt.load(tmp_path, make_state(), ckpt_group) is None
+    assert ckpt.survey(tmp_path, ckpt_group) == ckpt.Survey(latest=None, incomplete=(2,))
+
+
+@pytest.mark.timeout(60)
+def test_async_save_commits_only_after_the_write_finished(ckpt_group: dist.ProcessGroup, tmp_path: Path) -> None:
+    state = make_state()
+    saver = new_saver("torch-async", tmp_path, ckpt_group, slow_write_s=1.0)
+    saver.save(2, state)
+    assert saver.poll() is None, "the write is still sleeping: nothing to commit yet"
+    assert ckpt.latest_complete(tmp_path) is None
+    assert ckpt.incomplete_steps(tmp_path) == [2]
+    deadline = time.monotonic() + 30
+    while saver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ckpt.committed_steps(tmp_path) == [2]
+
+    # A new save first finalizes the previous one; keep=2 then drops the oldest.
+    for step in (4, 6):
+        saver.save(step, state)
+    assert ckpt.committed_steps(tmp_path) == [2, 4]
+    assert saver.finalize() == 6
+    assert ckpt.committed_steps(tmp_path) == [4, 6]
+    assert [r.step for r in saver.records if r.committed_at is not None] == [2, 4, 6]
+    saver.close()
+
+
+@pytest.mark.timeout(60)
+def test_abandoned_save_is_never_committed(ckpt_group: dist.ProcessGroup, tmp_path: Path) -> None:
+    state = make_state()
+    saver = new_saver("torch-async", tmp_path, ckpt_group, slow_write_s=0.5)
+    saver.save(3, state)
+    saver.abandon()  # what a fault in the middle of the write leads to
+    assert saver.finalize() is None
+    assert ckpt.latest_complete(tmp_path) is None
+    assert ckpt.incomplete_steps(tmp_path) == [3]
+    assert ckpt.load(tmp_path, state, ckpt_group) is None

@@ -1,0 +1,534 @@
+"""Step checkpoints of FSDP2 training, resumable only once complete.
+
+Layout of a checkpoint directory DIR:
+
+    DIR/step_000000120/          torch.distributed.checkpoint (DCP) shards of model + optimizer, .metadata
+    DIR/step_000000120/extra-rank0.pt   per-rank extras: RNG states, data position
+    DIR/step_000000120/COMMITTED JSON {step, world_size, finalized_at, saver}; written last, atomically
+
+A save becomes visible to resumption only through COMMITTED, which rank 0 writes after every rank's part of the
+save has finished (for async saves: after the background write has finalized on all ranks). A directory without
+the marker (a save cut short by a crash) is never loaded, and later cleaned up.
+
+Three savers share one interface (`Saver`):
+  * TorchAsyncSaver: torch.distributed.checkpoint.async_save (stages to CPU memory, writes in a thread); CPU and GPU.
+  * NvrxAsyncSaver: NVRx's async_ckpt (FileSystemWriterAsync + a persistent writer process); NVRx's cross-rank
+    completion checks allocate CUDA tensors, so on CPU it only finalizes blocking (at the next save or the end).
+  * SyncSaver: dcp.save and commit before returning; the baseline for stall measurements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save, save
+from torch.futures import Future as TorchFuture
+
+STEP_PREFIX = "step_"
+STEP_DIGITS = 9
+MARKER = "COMMITTED"
+EXTRA_FILE = "extra-rank{rank}.pt"
+
+SaverName = Literal["torch-async", "nvrx-async", "sync"]
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"{STEP_PREFIX}{step:0{STEP_DIGITS}d}"
+
+
+def parse_step(name: str) -> int | None:
+    """The step of a directory name like step_000000120, None for anything else."""
+    digits = name.removeprefix(STEP_PREFIX)
+    if digits == name or len(digits) != STEP_DIGITS or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)
+
+
+@dataclass(frozen=True)
+class Commit:
+    step: int
+    world_size: int
+    finalized_at: float
+    saver: str
+
+    def __post_init__(self) -> None:
+        if self.step < 0 or self.world_size < 1:
+            raise ValueError(f"invalid commit: step {self.step}, world size {self.world_size}")
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_marker(directory: Path, commit: Commit) -> None:
+    """Writes COMMITTED atomically: a reader sees either no marker or the whole one, even across a crash."""
+    tmp = directory / f".{MARKER}.tmp-{os.getpid()}"
+    with tmp.open("w", encoding="utf-8") as out:
+        json.dump(asdict(commit), out)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, directory / MARKER)
+    _fsync_dir(directory)
+
+
+def read_marker(directory: Path) -> Commit | None:
+    """The commit of a step directory, or None if it has no valid marker for its own step."""
+    try:
+        raw = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+        commit = Commit(
+            step=int(raw["step"]),
+            world_size=int(raw["world_size"]),
+            finalized_at=float(raw["finalized_at"]),
+            saver=str(raw["saver"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return commit if commit.step == parse_step(directory.name) else None
+
+
+def _step_dirs(root: Path) -> list[tuple[int, Path]]:
+    if not root.is_dir():
+        return []
+    found = [(parse_step(p.name), p) for p in root.iterdir() if p.is_dir()]
+    return sorted((step, path) for step, path in found if step is not None)
+
+
+def committed_steps(root: Path) -> list[int]:
+    return [step for step, path in _step_dirs(root) if read_marker(path) is not None]
+
+
+def incomplete_steps(root: Path) -> list[int]:
+    return [step for step, path in _step_dirs(root) if read_marker(path) is None]
+
+
+def latest_complete(root: Path) -> Path | None:
+    """The newest step directory with a valid commit marker; partial saves and stray entries are ignored."""
+    steps = committed_steps(root)
+    return step_dir(root, steps[-1]) if steps else None
+
+
+def cleanup(root: Path, keep: int) -> list[int]:
+    """Deletes all but the newest `keep` committed checkpoints, and incomplete ones older than the newest committed
+    (newer incomplete ones may be saves in progress). The newest committed checkpoint is never deleted."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the newest committed checkpoint is always kept), got {keep}")
+    committed = committed_steps(root)
+    if not committed:
+        return []
+    newest = committed[-1]
+    doomed = committed[:-keep] + [step for step in incomplete_steps(root) if step < newest]
+    for step in sorted(doomed):
+        shutil.rmtree(step_dir(root, step), ignore_errors=True)
+    return sorted(doomed)
+
+
+# --- per-rank extras: RNG states and data position -------------------------------------------------------------
+
+
+def capture_rng() -> dict[str, Any]:
+    state = np.random.get_state(legacy=True)
+    if not isinstance(state, tuple):
+        raise TypeError("numpy returned a non-legacy RNG state")
+    name, keys, pos, has_gauss, cached = state
+    cuda: list[torch.Tensor] = []
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        cuda = torch.cuda.get_rng_state_all()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": cuda,
+        "python": random.getstate(),
+        "numpy": (str(name), torch.from_numpy(np.array(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)),
+    }
+
+
+def restore_rng(saved: dict[str, Any]) -> None:
+    torch.set_rng_state(saved["torch"])
+    if saved["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda"])
+    random.setstate(saved["python"])
+    name, keys, pos, has_gauss, cached = saved["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+
+
+# --- savers ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainState:
+    """What a checkpoint holds besides per-rank extras: the (FSDP2-sharded) model and its optimizer."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+
+
+@dataclass
+class SaveRecord:
+    """One save. stall_s: how long save() blocked the step loop (for async: waiting for the previous save, state
+    dict, staging to CPU); commit_wait_s: later blocking spent committing it (completion checks, marker)."""
+
+    step: int
+    saver: str
+    stall_s: float = 0.0
+    started_at: float = 0.0
+    commit_wait_s: float = 0.0
+    committed_at: float | None = None
+
+
+class Saver(Protocol):
+    name: SaverName
+    records: list[SaveRecord]
+    last_committed: int | None
+
+    def save(self, step: int, state: TrainState) -> None:
+        """Starts saving step (async savers return once the state is staged); finalizes the previous save first."""
+
+    def poll(self) -> int | None:
+        """Commits a finished save without blocking on the write; every rank must call it at the same point."""
+
+    def finalize(self) -> int | None:
+        """Blocks until the pending save, if any, is committed; returns its step."""
+
+    def close(self) -> None: ...
+
+    def abandon(self) -> None:
+        """Drops a pending save after a fault, without committing it (its directory stays incomplete)."""
+
+
+class SlowFileSystemWriter(FileSystemWriter):
+    """Test-only: writes the shard files, then waits before reporting them written, so a save can be observed
+    (and killed) half-written: data files present, no .metadata, no COMMITTED."""
+
+    def __init__(self, path: Path, delay_s: float) -> None:
+        super().__init__(path)
+        self.delay_s = delay_s
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> TorchFuture[list[Any]]:
+        future = super().write_data(plan, planner)
+        time.sleep(self.delay_s)
+        return future
+
+
+def _writer(directory: Path, slow_write_s: float) -> FileSystemWriter:
+    return SlowFileSystemWriter(directory, slow_write_s) if slow_write_s > 0 else FileSystemWriter(directory)
+
+
+def _dcp_state(state: TrainState) -> dict[str, Any]:
+    model_state, optim_state = get_state_dict(state.model, state.optimizer)
+    return {"model": model_state, "optim": optim_state}
+
+
+class _SaverBase:
+    name: SaverName
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        keep: int,
+        group: dist.ProcessGroup,
+        device: torch.device,
+        slow_write_s: float = 0.0,
+        on_commit: Callable[[SaveRecord], None] | None = None,
+        atomic: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
+        self.root = root
+        self.keep = keep
+        self.group = group
+        self.device = device
+        self.slow_write_s = slow_write_s
+        self.on_commit = on_commit
+        self.atomic = atomic
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.records: list[SaveRecord] = []
+        self.last_committed: int | None = None
+
+    def _prepare(self, step: int) -> Path:
+        """Empties the step directory (a leftover of an interrupted save of the same step), writes this rank's
+        extras. Collective: no rank writes before rank 0 has cleared the directory."""
+        directory = step_dir(self.root, step)
+        if self.rank == 0:
+            if directory.exists():
+                shutil.rmtree(directory)
+            directory.mkdir(parents=True)
+        dist.barrier()
+        extra = {"step": step, "data_step": step, "world_size": self.world_size, "rng": capture_rng()}
+        with (directory / EXTRA_FILE.format(rank=self.rank)).open("wb") as out:
+            torch.save(extra, out)
+            out.flush()
+            os.fsync(out.fileno())
+        return directory
+
+    def _commit(self, record: SaveRecord) -> None:
+        if self.rank == 0:
+            with self.atomic():
+                commit = Commit(step=record.step, world_size=self.world_size, finalized_at=time.time(), saver=self.name)
+                write_marker(step_dir(self.root, record.step), commit)
+            cleanup(self.root, self.keep)
+        dist.barrier()
+        record.committed_at = time.time()
+        self.last_committed = record.step
+        if self.on_commit is not None:
+            self.on_commit(record)
+
+    def _start_record(self, step: int) -> SaveRecord:
+        record = SaveRecord(step=step, saver=self.name, started_at=time.time())
+        self.records.append(record)
+        return record
+
+
+class SyncSaver(_SaverBase):
+    name: SaverName = "sync"
+
+    def save(self, step: int, state: TrainState) -> None:
+        start = time.perf_counter()
+        record = self._start_record(step)
+        directory = self._prepare(step)
+        save(_dcp_state(state), storage_writer=_writer(directory, self.slow_write_s), process_group=self.group)
+        self._commit(record)
+        record.stall_s = time.perf_counter() - start
+
+    def poll(self) -> int | None:
+        return None
+
+    def finalize(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+    def abandon(self) -> None:
+        pass
+
+
+class TorchAsyncSaver(_SaverBase):
+    """dcp.async_save in a background thread over `group`, which must be a gloo group used by nothing else:
+    the thread's collectives would otherwise interleave with the training loop's on the same group."""
+
+    name: SaverName = "torch-async"
+
+    def __init__(self, root: Path, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self._pending: tuple[SaveRecord, Future[Any]] | None = None
+
+    def save(self, step: int, state: TrainState) -> None:
+        start = time.perf_counter()
+        self.finalize()
+        record = self._start_record(step)
+        directory = self._prepare(step)
+        response = async_save(
+            _dcp_state(state), storage_writer=_writer(directory, self.slow_write_s), process_group=self.group
+        )
+        future = response.upload_completion if isinstance(response, AsyncSaveResponse) else response
+        self._pending = (record, future)
+        record.stall_s = time.perf_counter() - start
+
+    def poll(self) -> int | None:
+        if self._pending is None:
+            return None
+        record, future = self._pending
+        start = time.perf_counter()
+        # All ranks must agree that their part is written before anyone commits (MIN of "done" flags).
+        done = torch.tensor([1 if future.done() else 0], dtype=torch.int32, device=self.device)
+        dist.all_reduce(done, op=dist.ReduceOp.MIN)
+        if int(done.item()) == 1:
+            return self._finish(start)
+        record.commit_wait_s += time.perf_counter() - start
+        return None
+
+    def finalize(self) -> int | None:
+        if self._pending is None:
+            return None
+        return self._finish(time.perf_counter())
+
+    def _finish(self, start: float) -> int:
+        assert self._pending is not None
+        record, future = self._pending
+        self._pending = None
+        future.result()  # re-raises a failed write: the save is then never committed
+        self._commit(record)
+        record.commit_wait_s += time.perf_counter() - start
+        return record.step
+
+    def close(self) -> None:
+        self.finalize()
+
+    def abandon(self) -> None:
+        if self._pending is None:
+            return
+        _, future = self._pending
+        self._pending = None
+        # The write's collectives fail once the process groups are torn down; do not hang on it.
+        with contextlib.suppress(Exception):
+            future.exception(timeout=5.0)
+
+
+class NvrxAsyncSaver(_SaverBase):
+    """NVRx async_ckpt: FileSystemWriterAsync plans the save on the training thread, a persistent spawned process
+    writes it (after copying GPU tensors to host memory itself, via preload_fn), and the finalize function (DCP
+    metadata, then our commit) runs on every rank through AsyncCallsQueue.maybe_finalize_async_calls.
+
+    NVRx 0.4.1 checks completion across ranks with all-reduces of tensors on torch.cuda.current_device(); on CPU
+    those checks are skipped (no_dist=True) and saves are finalized only blocking, where the finalize function's
+    own gather keeps the ranks in step."""
+
+    name: SaverName = "nvrx-async"
+
+    def __init__(self, root: Path, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        if self.slow_write_s > 0:
+            raise ValueError("the slow-write test knob is only supported by the torch savers")
+        from nvidia_resiliency_ext.checkpointing.async_ckpt.core import AsyncCallsQueue
+
+        self.cuda = self.device.type == "cuda"
+        self._queue = AsyncCallsQueue(persistent=True)
+        self._pending: SaveRecord | None = None
+
+    def save(self, step: int, state: TrainState) -> None:
+        from nvidia_resiliency_ext.checkpointing.async_ckpt.core import AsyncRequest
+        from nvidia_resiliency_ext.checkpointing.async_ckpt.filesystem_async import FileSystemWriterAsync
+        from nvidia_resiliency_ext.checkpointing.async_ckpt.state_dict_saver import (
+            save_state_dict_async_finalize,
+            save_state_dict_async_plan,
+        )
+
+        start = time.perf_counter()
+        self.finalize()
+        record = self._start_record(step)
+        directory = self._prepare(step)
+        writer = FileSystemWriterAsync(str(directory), thread_count=1)
+        plan = save_state_dict_async_plan(_dcp_state(state), writer, self.group, 0, planner=DefaultSavePlanner())
+        save_fn, preload_fn, save_args = writer.get_save_function_and_args()
+
+        def finalize_fn() -> None:
+            save_state_dict_async_finalize(*plan)
+            self._commit(record)
+
+        request = AsyncRequest(save_fn, save_args, [finalize_fn], preload_fn=preload_fn if self.cuda else None)
+        self._queue.schedule_async_request(request)
+        self._pending = record
+        record.stall_s = time.perf_counter() - start
+
+    def _finalize(self, blocking: bool) -> int | None:
+        record = self._pending
+        if record is None:
+            return None
+        start = time.perf_counter()
+        self._queue.maybe_finalize_async_calls(blocking=blocking, no_dist=not self.cuda)
+        record.commit_wait_s += time.perf_counter() - start
+        if self._queue.get_num_unfinalized_calls() > 0:
+            return None
+        self._pending = None
+        return record.step
+
+    def poll(self) -> int | None:
+        return self._finalize(blocking=False) if self.cuda else None
+
+    def finalize(self) -> int | None:
+        return self._finalize(blocking=True)
+
+    def close(self) -> None:
+        self.finalize()
+        self._queue.close()
+
+    def abandon(self) -> None:
+        self._pending = None
+        caller = self._queue.persistent_caller
+        if caller is not None and caller.process is not None:
+            caller.process.kill()
+            caller.process = None
+        self._queue.async_calls.clear()
+
+
+def make_saver(
+    mode: Literal["async", "sync"], backend: Literal["auto", "torch", "nvrx"], root: Path, **kwargs: Any
+) -> Saver:
+    """sync: SyncSaver. async: NVRx's saver on CUDA (or when asked for), torch's async_save otherwise."""
+    if mode == "sync":
+        return SyncSaver(root, **kwargs)
+    device: torch.device = kwargs["device"]
+    if backend == "nvrx" or (backend == "auto" and device.type == "cuda"):
+        return NvrxAsyncSaver(root, **kwargs)
+    return TorchAsyncSaver(root, **kwargs)
+
+
+# --- loading -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Restored:
+    step: int
+    path: Path
+    saver: str
+    rng_restored: bool
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What rank 0 found in the checkpoint directory before resuming."""
+
+    latest: int | None
+    incomplete: tuple[int, ...]
+
+
+def survey(root: Path, group: dist.ProcessGroup | None = None) -> Survey:
+    """Rank 0 looks, every rank gets the same answer (a shared filesystem may be listed at different moments)."""
+    found: list[Survey | None] = [None]
+    if dist.get_rank(group) == 0:
+        committed = committed_steps(root)
+        found[0] = Survey(latest=committed[-1] if committed else None, incomplete=tuple(incomplete_steps(root)))
+    dist.broadcast_object_list(found, group=group, group_src=0)
+    result = found[0]
+    assert result is not None
+    return result
+
+
+def load(
+    root: Path, state: TrainState, group: dist.ProcessGroup | None = None, found: Survey | None = None
+) -> Restored | None:
+    """Restores the latest complete checkpoint into model and optimizer (resharding if the world size changed),
+    and this rank's RNG states if the world size is the one it was saved with. Collective. `found`: a survey
+    already taken by all ranks."""
+    latest = (found or survey(root, group)).latest
+    if latest is None:
+        return None
+    path = step_dir(root, latest)
+    commit = read_marker(path)
+    if commit is None:
+        raise RuntimeError(f"{path} lost its {MARKER} marker while being loaded")
+    target = _dcp_state(state)
+    dcp_load(target, storage_reader=FileSystemReader(path), process_group=group)
+    set_state_dict(state.model, state.optimizer, model_state_dict=target["model"], optim_state_dict=target["optim"])
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    rng_restored = False
+    if commit.world_size == world_size:
+        extra = torch.load(path / EXTRA_FILE.format(rank=rank), weights_only=True)
+        if extra["data_step"] != commit.step:
+            raise RuntimeError(f"{path}: rank {rank} extras are for step {extra['data_step']}, not {commit.step}")
+        restore_rng(extra["rng"])
+        rng_restored = True
+    return Restored(step=commit.step, path=path, saver=commit.saver, rng_restored=rng_restored)

@@ -1,0 +1,861 @@
+"""Fault-tolerant FSDP2 causal-LM training under NVIDIA Resiliency Extension (NVRx) 0.4.1.
+
+    ft_launcher --nproc-per-node 8 --max-restarts 3 --ft-rank-heartbeat-timeout 300 \\
+        -m training.nvrx_fsdp --model Qwen/Qwen2.5-1.5B --ckpt-dir /fsx/ckpt --steps 1000 --ckpt-every 50
+
+Every start resumes from the latest complete checkpoint in --ckpt-dir (model, optimizer, step, data position, RNG).
+Under ft_launcher (detected by its rank-monitor socket variable) each rank sends a heartbeat every step, so a hung
+rank is killed by its rank monitor and the worker group restarted. With --inprocess, NVRx's inprocess.Wrapper
+re-runs the training function in the same processes after a fault, with a fresh process group each iteration.
+Data is a pure function of (seed, rank, step), so an interrupted and resumed run reproduces an uninterrupted one.
+"""
+
+# No `from __future__ import annotations` here: NVRx's Wrapper finds the parameter to inject its CallWrapper into by
+# comparing the evaluated annotation (inspect.signature) with its CallWrapper class; string annotations break that.
+
+import argparse
+import contextlib
+import datetime
+import functools
+import gc
+import hashlib
+import json
+import math
+import os
+import random
+import statistics
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import DeviceMesh
+from transformers import AutoTokenizer, PreTrainedModel
+
+from training import checkpointing as ckpt
+from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
+from training.faults import FaultInjector, FaultKind, FaultSpec, check_fault, check_rank, default_marker, parse_fault
+from training.fsdp import load_model, shard_model
+
+DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B"
+JOURNAL_FILE = "journal.jsonl"
+# NVRx's Wrapper monitors (threads, monitor process, progress watchdog) every second by default; its timeouts must
+# be longer than that.
+NVRX_MONITOR_INTERVAL_S = 1.0
+# ft_launcher hands every rank the socket of its rank monitor in this variable (nvidia_resiliency_ext
+# fault_tolerance.data.FT_RANK_MONITOR_IPC_SOCKET_ENV_VAR); RankMonitorClient cannot work without it.
+FT_RANK_MONITOR_ENV = "FT_RANK_MONITOR_IPC_SOCKET"
+
+DeviceChoice = Literal["auto", "cpu", "cuda"]
+CkptMode = Literal["async", "sync"]
+SaverChoice = Literal["auto", "torch", "nvrx"]
+
+
+# --- configuration -----------------------------------------------------------------------------------------------
+
+
+def _finite_positive(flag: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{flag} {value:g} must be a positive number of seconds")
+
+
+@dataclass(frozen=True)
+class InprocessConfig:
+    """NVRx inprocess.Wrapper settings; NVRx refuses timeouts unless soft < hard < barrier."""
+
+    enabled: bool = False
+    soft_timeout_s: float = 60.0
+    hard_timeout_s: float = 90.0
+    barrier_timeout_s: float = 120.0
+    max_iterations: int = 10
+
+    def __post_init__(self) -> None:
+        soft, hard, barrier = self.soft_timeout_s, self.hard_timeout_s, self.barrier_timeout_s
+        _finite_positive("--inprocess-soft-timeout", soft)
+        _finite_positive("--inprocess-hard-timeout", hard)
+        _finite_positive("--inprocess-barrier-timeout", barrier)
+        if soft <= NVRX_MONITOR_INTERVAL_S:
+            raise ValueError(
+                f"--inprocess-soft-timeout {soft:g} must be longer than NVRx's {NVRX_MONITOR_INTERVAL_S:g} s "
+                "monitoring interval; use e.g. --inprocess-soft-timeout 60"
+            )
+        if not soft < hard:
+            raise ValueError(
+                f"--inprocess-soft-timeout {soft:g} must be less than --inprocess-hard-timeout {hard:g} (NVRx needs "
+                f"soft < hard < barrier); raise --inprocess-hard-timeout above {soft:g} or lower the soft timeout"
+            )
+        if not hard < barrier:
+            raise ValueError(
+                f"--inprocess-hard-timeout {hard:g} must be less than --inprocess-barrier-timeout {barrier:g} (NVRx "
+                f"needs soft < hard < barrier); raise --inprocess-barrier-timeout above {hard:g} or lower the hard one"
+            )
+        if self.max_iterations < 1:
+            raise ValueError(
+                f"--inprocess-max-iterations {self.max_iterations} must be at least 1 (the first run counts)"
+            )
+
+    @property
+    def heartbeat_timeout_s(self) -> float:
+        # The Wrapper's missing-rank timeout: NVRx needs interval < heartbeat timeout < barrier timeout.
+        return min(30.0, (NVRX_MONITOR_INTERVAL_S + self.barrier_timeout_s) / 2)
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("--store-addr needs a host, e.g. --store-addr trainer-0.trainer:29501")
+        if not 1 <= self.port <= 65534:
+            raise ValueError(
+                f"--store-addr port {self.port} is out of range: NVRx's Wrapper store takes PORT+1, so use 1..65534"
+            )
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_store_addr(text: str) -> StoreAddress:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not (port.isascii() and port.isdigit()):
+        raise ValueError(f"--store-addr {text!r} is not HOST:PORT; use e.g. --store-addr trainer-0.trainer:29501")
+    return StoreAddress(host=host.removeprefix("[").removesuffix("]"), port=int(port))
+
+
+def default_store_addr() -> StoreAddress:
+    """$MASTER_ADDR:$MASTER_PORT+1: torchrun/ft_launcher's own store listens on MASTER_PORT. ft_launcher sets
+    MASTER_ADDR=localhost, so multi-node jobs must pass --store-addr with rank 0's real host."""
+    try:
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    except (KeyError, ValueError):
+        raise ValueError(
+            "--inprocess without --store-addr needs MASTER_ADDR and MASTER_PORT (set by the launcher)"
+        ) from None
+    return StoreAddress(host=host, port=port + 1)
+
+
+@dataclass(frozen=True)
+class Job:
+    model: str
+    ckpt_dir: Path
+    data: Path | None = None
+    seq_len: int = 512
+    batch_size: int = 4
+    steps: int = 100
+    lr: float = 1e-5
+    seed: int = 0
+    device: DeviceChoice = "auto"
+    ckpt_every: int = 50
+    ckpt_mode: CkptMode = "async"
+    ckpt_keep: int = 2
+    ckpt_saver: SaverChoice = "auto"
+    ckpt_slow_write_s: float = 0.0
+    inprocess: InprocessConfig = field(default_factory=InprocessConfig)
+    store_addr: StoreAddress | None = None
+    fault: FaultSpec | None = None
+    fault_marker: Path | None = None
+    metrics_file: Path | None = None
+    pg_timeout_s: float | None = None
+    log_every: int = 1
+
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--seq-len", self.seq_len),
+            ("--batch-size", self.batch_size),
+            ("--steps", self.steps),
+            ("--ckpt-every", self.ckpt_every),
+            ("--ckpt-keep", self.ckpt_keep),
+            ("--log-every", self.log_every),
+        ):
+            if value < 1:
+                raise ValueError(f"{flag} {value} must be at least 1")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"--lr {self.lr:g} must be a positive number")
+        if not (math.isfinite(self.ckpt_slow_write_s) and self.ckpt_slow_write_s >= 0):
+            raise ValueError(f"--ckpt-slow-write-s {self.ckpt_slow_write_s:g} must be 0 or more seconds")
+        if self.ckpt_slow_write_s > 0 and self.ckpt_saver == "nvrx":
+            raise ValueError("--ckpt-slow-write-s works with the torch savers only; drop it or use --ckpt-saver torch")
+        if self.pg_timeout_s is not None:
+            _finite_positive("--pg-timeout", self.pg_timeout_s)
+        if self.fault is not None:
+            check_fault(self.fault, steps=self.steps, ckpt_every=self.ckpt_every, ckpt_mode=self.ckpt_mode)
+
+    @property
+    def marker(self) -> Path | None:
+        if self.fault is None:
+            return None
+        return self.fault_marker or default_marker(self.ckpt_dir, self.fault)
+
+    @property
+    def journal(self) -> Path:
+        return self.ckpt_dir / JOURNAL_FILE
+
+    def is_checkpoint_step(self, step: int) -> bool:
+        return step % self.ckpt_every == 0 or step == self.steps
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    device_type: str
+    backend: str
+    compute_dtype: torch.dtype
+
+
+def plan_device(choice: DeviceChoice) -> DevicePlan:
+    """CUDA + NCCL computing in bfloat16, or CPU + gloo in float32; parameters and optimizer state stay float32."""
+    use_cuda = torch.cuda.is_available() if choice == "auto" else choice == "cuda"
+    if use_cuda and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is visible; use --device cpu or --device auto")
+    if use_cuda:
+        return DevicePlan(device_type="cuda", backend="nccl", compute_dtype=torch.bfloat16)
+    return DevicePlan(device_type="cpu", backend="gloo", compute_dtype=torch.float32)
+
+
+def pg_timeout(job: Job, plan: DevicePlan) -> datetime.timedelta:
+    if job.pg_timeout_s is not None:
+        return datetime.timedelta(seconds=job.pg_timeout_s)
+    cfg = job.inprocess
+    if cfg.enabled and plan.backend == "gloo":
+        # A rank blocked in a gloo collective only unwinds when the op fails; it must fail before NVRx's hard
+        # timeout terminates the rank (which would turn the in-process restart into a launcher restart).
+        return datetime.timedelta(seconds=(cfg.soft_timeout_s + cfg.hard_timeout_s) / 2)
+    if cfg.enabled:
+        # NCCL's watchdog tears the process down on timeout; it must outlast NVRx's hard timeout.
+        return datetime.timedelta(seconds=cfg.hard_timeout_s + cfg.barrier_timeout_s)
+    return datetime.timedelta(minutes=30)
+
+
+# --- command line ------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.nvrx_fsdp",
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--model", default=DEFAULT_MODEL, help="Hugging Face model id or local directory")
+    add("--data", type=Path, default=None, help="local .txt/.jsonl file to train on (default: synthetic tokens)")
+    add("--seq-len", type=int, default=512, help="tokens per sequence")
+    add("--batch-size", type=int, default=4, help="sequences per rank per step")
+    add("--steps", type=int, default=100, help="target global step count")
+    add("--lr", type=float, default=1e-5, help="AdamW learning rate")
+    add("--seed", type=int, default=0, help="seeds model-independent RNGs and the data order")
+    add("--device", choices=["auto", "cpu", "cuda"], default="auto", help="cuda + NCCL or cpu + gloo")
+    add("--log-every", type=int, default=1, help="print the loss every N steps")
+
+    group = parser.add_argument_group("checkpoints")
+    group.add_argument("--ckpt-dir", type=Path, required=True, help="checkpoints, journal and fault markers")
+    group.add_argument("--ckpt-every", type=int, default=50, help="save every N steps (and at the last step)")
+    group.add_argument("--ckpt-mode", choices=["async", "sync"], default="async", help="async: save in the background")
+    group.add_argument("--ckpt-keep", type=int, default=2, help="committed checkpoints to keep")
+    group.add_argument(
+        "--ckpt-saver",
+        choices=["auto", "torch", "nvrx"],
+        default="auto",
+        help="async saver: NVRx async_ckpt (auto on CUDA) or torch.distributed.checkpoint.async_save (auto on CPU)",
+    )
+    group.add_argument("--ckpt-slow-write-s", type=float, default=0.0, help=argparse.SUPPRESS)
+
+    group = parser.add_argument_group("in-process restart (NVRx inprocess.Wrapper)")
+    group.add_argument("--inprocess", action="store_true", help="restart the training function in-process on faults")
+    group.add_argument("--inprocess-soft-timeout", type=float, default=60.0, help="seconds without progress: abort")
+    group.add_argument("--inprocess-hard-timeout", type=float, default=90.0, help="seconds without progress: kill")
+    group.add_argument("--inprocess-barrier-timeout", type=float, default=120.0, help="restart barrier timeout")
+    group.add_argument(
+        "--inprocess-max-iterations", type=int, default=10, help="runs of the training function, the first included"
+    )
+    group.add_argument(
+        "--store-addr",
+        default=None,
+        help="HOST:PORT of the TCPStore behind each iteration's process group (the Wrapper's own store takes "
+        "PORT+1); default $MASTER_ADDR:$MASTER_PORT+1",
+    )
+    group.add_argument(
+        "--pg-timeout", type=float, default=None, help="collective timeout in seconds (default: derived)"
+    )
+
+    group = parser.add_argument_group("fault injection (tests, benchmarks)")
+    group.add_argument("--fault", default=None, help="kill | exception | hang | kill-during-save")
+    group.add_argument("--fault-step", type=int, default=None, help="step (from 1) at whose start the fault fires")
+    group.add_argument("--fault-rank", type=int, default=None, help="rank that fails (default 0)")
+    group.add_argument("--fault-marker", type=Path, default=None, help="fire-once marker (default: in --ckpt-dir)")
+
+    group = parser.add_argument_group("output")
+    group.add_argument("--metrics-file", type=Path, default=None, help="JSON metrics, written by rank 0 at the end")
+    return parser
+
+
+def job_from_args(args: argparse.Namespace) -> Job:
+    inprocess = InprocessConfig(
+        enabled=args.inprocess,
+        soft_timeout_s=args.inprocess_soft_timeout,
+        hard_timeout_s=args.inprocess_hard_timeout,
+        barrier_timeout_s=args.inprocess_barrier_timeout,
+        max_iterations=args.inprocess_max_iterations,
+    )
+    model = str(Path(args.model).resolve()) if Path(args.model).is_dir() else args.model
+    return Job(
+        model=model,
+        ckpt_dir=args.ckpt_dir.resolve(),
+        data=args.data.resolve() if args.data is not None else None,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        lr=args.lr,
+        seed=args.seed,
+        device=args.device,
+        ckpt_every=args.ckpt_every,
+        ckpt_mode=args.ckpt_mode,
+        ckpt_keep=args.ckpt_keep,
+        ckpt_saver=args.ckpt_saver,
+        ckpt_slow_write_s=args.ckpt_slow_write_s,
+        inprocess=inprocess,
+        store_addr=parse_store_addr(args.store_addr) if args.store_addr is not None else None,
+        fault=parse_fault(args.fault, args.fault_step, args.fault_rank),
+        fault_marker=args.fault_marker.resolve() if args.fault_marker is not None else None,
+        metrics_file=args.metrics_file.resolve() if args.metrics_file is not None else None,
+        pg_timeout_s=args.pg_timeout,
+        log_every=args.log_every,
+    )
+
+
+def parse_job(argv: Sequence[str] | None = None) -> Job:
+    """The job of a command line; errors exit with status 2 and a message naming the flag."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return job_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+# --- journal: events that outlive restarts -----------------------------------------------------------------------
+
+
+class Journal:
+    """JSON lines appended to DIR/journal.jsonl by every process of every attempt: what the metrics are built from,
+    since a killed process keeps nothing in memory. Each event is one O_APPEND write, so lines do not interleave."""
+
+    def __init__(self, path: Path, rank: int, context: dict[str, Any]) -> None:
+        self.path = path
+        self.rank = rank
+        self.context = context
+
+    def event(self, kind: str, **fields: Any) -> None:
+        record = {"event": kind, "time": time.time(), "rank": self.rank, "pid": os.getpid(), **self.context, **fields}
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return sorted(events, key=lambda e: float(e["time"]))
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _restart_kind(fault: dict[str, Any], resumed: dict[str, Any]) -> str:
+    if resumed["run_id"] != fault["run_id"]:
+        return "relaunch"
+    if resumed["restart"] > fault["restart"]:
+        return "ft_launcher"
+    if resumed["iteration"] > fault["iteration"]:
+        return "inprocess"
+    return "unknown"
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-step times, saves, restarts and recoveries of the whole job, from its journal."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        by_kind.setdefault(event["event"], []).append(event)
+    context = ("run_id", "restart", "iteration")
+    steps = [{k: e[k] for k in ("step", "seconds", "loss", *context)} for e in by_kind.get("step", [])]
+    committed = {(e["run_id"], e["restart"], e["iteration"], e["step"]) for e in by_kind.get("commit", [])}
+    saves = [
+        {
+            **{k: e[k] for k in ("step", "saver", "stall_s", *context)},
+            "committed": (e["run_id"], e["restart"], e["iteration"], e["step"]) in committed,
+        }
+        for e in by_kind.get("save", [])
+    ]
+    resumes = by_kind.get("resumed", [])
+    recoveries = []
+    for fault in by_kind.get("fault", []):
+        entry: dict[str, Any] = {
+            k: fault[k] for k in ("fault", "step", "rank", "completed_steps", "last_committed", *context)
+        }
+        entry["files_at_fault"] = fault.get("files", [])
+        since_checkpoint = fault["completed_steps"] - (fault["last_committed"] or 0)
+        entry["steps_since_checkpoint"] = since_checkpoint
+        resumed = next((r for r in resumes if r["time"] > fault["time"]), None)
+        if resumed is not None:
+            entry.update(
+                resumed_step=resumed["step"],
+                steps_lost=fault["completed_steps"] - resumed["step"],
+                recovery_s=resumed["time"] - fault["time"],
+                recovered_by=_restart_kind(fault, resumed),
+            )
+        recoveries.append(entry)
+    starts = [{k: e[k] for k in ("rank", "pid", "time", *context)} for e in by_kind.get("start", [])]
+    stalls = [s["stall_s"] for s in saves]
+    return {
+        "step_times": steps,
+        "saves": saves,
+        "save_stall_s": {"count": len(stalls), "median": _median(stalls), "max": max(stalls, default=None)},
+        "recoveries": recoveries,
+        "resumes": [{k: r[k] for k in ("step", "ignored_incomplete", "time", *context)} for r in resumes],
+        "starts": starts,
+        "restarts": {
+            "torchelastic": max((s["restart"] for s in starts), default=0),
+            "inprocess_iterations": max((s["iteration"] for s in starts), default=0),
+            "launches": len({s["run_id"] for s in starts}),
+        },
+    }
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# --- model, data, steps ------------------------------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(f"[nvrx_fsdp rank {os.environ.get('RANK', '0')}] {message}", flush=True)
+
+
+def batch_source(job: Job, vocab_size: int, rank: int, world_size: int) -> BatchSource:
+    if job.data is None:
+        return SyntheticBatches(
+            vocab_size=vocab_size, batch_size=job.batch_size, seq_len=job.seq_len, seed=job.seed, rank=rank
+        )
+    tokenizer = AutoTokenizer.from_pretrained(job.model)
+    tokens = tokenize_texts(read_texts(job.data), tokenizer, vocab_size)
+    return PackedBatches(
+        tokens, batch_size=job.batch_size, seq_len=job.seq_len, seed=job.seed, rank=rank, world_size=world_size
+    )
+
+
+def train_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, source: BatchSource, step: int, device: torch.device
+) -> float:
+    """Global step `step` (from 1) on batch step-1; returns the loss averaged over ranks."""
+    batch = source.batch(step - 1)
+    outputs = model(input_ids=batch.input_ids.to(device), labels=batch.labels.to(device))
+    loss: torch.Tensor = outputs.loss
+    torch.autograd.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    # SUM then divide: gloo has no AVG. .item() waits for the device, so step times cover the whole step.
+    total = loss.detach().float().clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return float(total.item()) / dist.get_world_size()
+
+
+def param_fingerprint(model: torch.nn.Module) -> tuple[str, int]:
+    """sha256 over the full (unsharded) parameters in name order, and their element count; rank 0 only.
+    Collective: every rank must call it."""
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    digest, numel = hashlib.sha256(), 0
+    for name in sorted(full):
+        tensor = full[name]
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        flat = tensor.detach().contiguous().reshape(-1)
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+        numel += flat.numel()
+    return digest.hexdigest(), numel
+
+
+def shard_written(directory: Path, rank: int) -> bool:
+    """Whether DCP's FileSystemWriter has written this rank's shard file(s) (__RANK_N.distcp) in directory."""
+    return any(directory.glob(f"__{rank}_*"))
+
+
+# --- heartbeats --------------------------------------------------------------------------------------------------
+
+
+class Heartbeats:
+    """NVRx RankMonitorClient heartbeats when started by ft_launcher; a no-op otherwise."""
+
+    def __init__(self) -> None:
+        self.client: Any = None
+
+    @staticmethod
+    def available() -> bool:
+        return FT_RANK_MONITOR_ENV in os.environ
+
+    def start(self) -> None:
+        if not self.available() or self.client is not None:
+            return
+        from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
+
+        client = RankMonitorClient()
+        client.init_workload_monitoring()
+        self.client = client
+
+    def beat(self) -> None:
+        if self.client is not None:
+            self.client.send_heartbeat()
+
+    def stop(self) -> None:
+        client, self.client = self.client, None
+        if client is not None and client.is_initialized:
+            client.shutdown_workload_monitoring()
+
+
+# --- one run of the training function ----------------------------------------------------------------------------
+
+
+class Session:
+    """One run of the training function: an attempt started by the launcher, or one in-process iteration. It owns
+    everything that references the process group, so `abandon` can drop it all after a fault."""
+
+    def __init__(
+        self,
+        job: Job,
+        plan: DevicePlan,
+        *,
+        iteration: int = 0,
+        base_store: Store | None = None,
+        call_wrapper: Any = None,
+    ) -> None:
+        self.job = job
+        self.plan = plan
+        self.iteration = iteration
+        self.base_store = base_store
+        self.call_wrapper = call_wrapper
+        self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.run_id = os.environ.get("TORCHELASTIC_RUN_ID", f"pid-group-{os.getpgrp()}")
+        self.heartbeats = Heartbeats()
+        self.model: PreTrainedModel | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.saver: ckpt.Saver | None = None
+        self.ckpt_group: dist.ProcessGroup | None = None
+        self.source: BatchSource | None = None
+
+    def _init_process_group(self) -> None:
+        timeout = pg_timeout(self.job, self.plan)
+        if self.plan.device_type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        if self.base_store is None:
+            dist.init_process_group(self.plan.backend, timeout=timeout)
+            return
+        # In-process restart: a fresh process group per Wrapper iteration, over its own key prefix of one store
+        # that outlives the iterations (keys of an aborted iteration must not leak into the next rendezvous).
+        store = PrefixStore(str(self.iteration), self.base_store)
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        dist.init_process_group(self.plan.backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+
+    def _atomic(self) -> contextlib.AbstractContextManager[Any]:
+        # Keeps NVRx's restart procedure from interrupting a commit halfway (it raises asynchronously otherwise).
+        if self.call_wrapper is None:
+            return contextlib.nullcontext()
+        atomic: contextlib.AbstractContextManager[Any] = self.call_wrapper.atomic()
+        return atomic
+
+    def _ping(self) -> None:
+        if self.call_wrapper is not None:
+            self.call_wrapper.ping()
+
+    def run(self) -> None:
+        job = self.job
+        self._init_process_group()
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        if job.fault is not None:
+            check_rank(job.fault, world_size)
+        job.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        context = {"run_id": self.run_id, "restart": self.restart, "iteration": self.iteration}
+        journal = Journal(job.journal, rank, context)
+        journal.event("start")
+        if rank == 0 and (self.restart or self.iteration):
+            log(f"restart detected: torchelastic restart {self.restart}, in-process iteration {self.iteration}")
+        state, device = self._build(rank, world_size, journal)
+        start = self._resume(state, rank, journal)
+        injector = FaultInjector(job.fault, marker=job.marker, rank=rank, on_fire=self._fault_logger(journal))
+        self.heartbeats.start()
+        loss = self._train(state, device, start, injector, journal)
+        saver = self._saver()
+        saver.finalize()
+        self.heartbeats.beat()
+        fingerprint, numel = param_fingerprint(state.model)
+        saver.close()
+        if rank == 0:
+            journal.event("finished", step=job.steps, loss=loss)
+            self._write_metrics(loss, fingerprint, numel, world_size)
+        dist.barrier()
+        self.heartbeats.stop()
+        self._release()
+
+    def _saver(self) -> ckpt.Saver:
+        assert self.saver is not None
+        return self.saver
+
+    def _build(self, rank: int, world_size: int, journal: Journal) -> tuple[ckpt.TrainState, torch.device]:
+        job = self.job
+        if self.plan.device_type == "cuda":
+            device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            device = torch.device("cpu")
+        # Checkpoint writes run collectives from a background thread: they get a gloo group of their own.
+        self.ckpt_group = dist.new_group(backend="gloo")
+        torch.manual_seed(job.seed)
+        random.seed(job.seed)
+        np.random.seed(job.seed)
+        model = load_model(job.model)
+        self.source = batch_source(job, int(model.config.vocab_size), rank, world_size)
+        shard_model(
+            model, device_type=self.plan.device_type, compute_dtype=self.plan.compute_dtype, world_size=world_size
+        )
+        model.train()
+        self.model = model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr)
+
+        def on_commit(record: ckpt.SaveRecord) -> None:
+            if rank == 0:
+                journal.event("commit", step=record.step, stall_s=record.stall_s, commit_wait_s=record.commit_wait_s)
+                log(
+                    f"checkpoint committed step {record.step} (stall {record.stall_s * 1e3:.1f} ms, commit wait "
+                    f"{record.commit_wait_s * 1e3:.1f} ms, {record.saver})"
+                )
+
+        self.saver = ckpt.make_saver(
+            job.ckpt_mode,
+            job.ckpt_saver,
+            job.ckpt_dir,
+            keep=job.ckpt_keep,
+            group=self.ckpt_group,
+            device=device,
+            slow_write_s=job.ckpt_slow_write_s,
+            on_commit=on_commit,
+            atomic=self._atomic,
+        )
+        return ckpt.TrainState(model=model, optimizer=self.optimizer), device
+
+    def _resume(self, state: ckpt.TrainState, rank: int, journal: Journal) -> int:
+        """Loads the latest complete checkpoint, if any; returns the number of steps already done."""
+        job = self.job
+        found = ckpt.survey(job.ckpt_dir, self.ckpt_group)
+        restored = ckpt.load(job.ckpt_dir, state, self.ckpt_group, found)
+        start = restored.step if restored is not None else 0
+        self._saver().last_committed = restored.step if restored is not None else None
+        if rank == 0:
+            if found.incomplete:
+                steps = ", ".join(str(s) for s in found.incomplete)
+                log(f"ignoring incomplete checkpoint(s) at step {steps} (no {ckpt.MARKER} marker)")
+            if restored is not None:
+                log(f"resume from step {start} ({restored.path}, saved by {restored.saver})")
+            else:
+                log(f"no complete checkpoint in {job.ckpt_dir}: starting from step 0")
+            journal.event("resumed", step=start, ignored_incomplete=list(found.incomplete))
+        return start
+
+    def _fault_logger(self, journal: Journal) -> Callable[[FaultSpec], None]:
+        def on_fire(spec: FaultSpec) -> None:
+            completed = spec.step if spec.kind is FaultKind.KILL_DURING_SAVE else spec.step - 1
+            last = self._saver().last_committed
+            files: list[str] = []
+            if spec.kind is FaultKind.KILL_DURING_SAVE:
+                files = sorted(p.name for p in ckpt.step_dir(self.job.ckpt_dir, spec.step).iterdir())
+            journal.event(
+                "fault",
+                fault=spec.kind.value,
+                step=spec.step,
+                completed_steps=completed,
+                last_committed=last,
+                files=files,
+            )
+            log(f"fault injected: {spec} (last committed checkpoint: step {last})")
+
+        return on_fire
+
+    def _train(
+        self, state: ckpt.TrainState, device: torch.device, start: int, injector: FaultInjector, journal: Journal
+    ) -> float:
+        """Steps start+1..job.steps; returns the last loss."""
+        job, saver, source = self.job, self._saver(), self.source
+        assert source is not None
+        rank = dist.get_rank()
+        loss = math.nan
+        for step in range(start + 1, job.steps + 1):
+            saver.poll()
+            injector.before_step(step)
+            began = time.perf_counter()
+            loss = train_step(state.model, state.optimizer, source, step, device)
+            seconds = time.perf_counter() - began
+            self.heartbeats.beat()
+            self._ping()
+            if rank == 0:
+                journal.event("step", step=step, seconds=seconds, loss=loss)
+                if step % job.log_every == 0 or step == job.steps:
+                    log(f"step {step}/{job.steps} loss {loss:.4f} ({seconds * 1e3:.0f} ms)")
+            if job.is_checkpoint_step(step):
+                saver.save(step, state)
+                if rank == 0:
+                    journal.event("save", step=step, saver=saver.name, stall_s=saver.records[-1].stall_s)
+                self.heartbeats.beat()
+                directory = ckpt.step_dir(job.ckpt_dir, step)
+                injector.after_save_started(step, written=functools.partial(shard_written, directory, rank))
+        return loss
+
+    def _write_metrics(self, loss: float, fingerprint: str, numel: int, world_size: int) -> None:
+        job = self.job
+        summary = summarize(read_journal(job.journal))
+        if job.metrics_file is None:
+            return
+        metrics = {
+            "job": asdict(job),
+            "world_size": world_size,
+            "device": self.plan.device_type,
+            "saver": self.saver.name if self.saver is not None else None,
+            "target_steps": job.steps,
+            "final_loss": loss,
+            "param_sha256": fingerprint,
+            "param_numel": numel,
+            **summary,
+        }
+        _write_json(job.metrics_file, metrics)
+        log(f"metrics written to {job.metrics_file}")
+
+    def _release(self) -> None:
+        self.model = self.optimizer = self.saver = self.source = None
+        self.ckpt_group = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def abandon(self) -> None:
+        """After a fault: drop every reference to the process groups and destroy them. With gloo, peers blocked in
+        a collective with this rank only return (with an error) once its connections close, which happens when
+        the last reference to the group goes, not on abort() or destroy_process_group() alone."""
+        with contextlib.suppress(Exception):
+            if self.saver is not None:
+                self.saver.abandon()
+        with contextlib.suppress(Exception):
+            self.heartbeats.stop()
+        self.model = self.optimizer = self.saver = self.source = None
+        self.ckpt_group = None
+        with contextlib.suppress(Exception):
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        release_mesh_groups()
+        gc.collect()
+
+
+def release_mesh_groups() -> None:
+    """DTensor's sharding caches keep DeviceMesh objects alive, and each mesh keeps its process groups in
+    `_pg_registry` (torch 2.13), so a destroyed gloo group would stay connected; empty those registries."""
+    for obj in gc.get_objects():
+        if type(obj) is DeviceMesh:
+            registry = getattr(obj, "_pg_registry", None)
+            if isinstance(registry, dict):
+                registry.clear()
+
+
+def train_once(
+    job: Job, plan: DevicePlan, *, iteration: int = 0, base_store: Store | None = None, call_wrapper: Any = None
+) -> None:
+    session = Session(job, plan, iteration=iteration, base_store=base_store, call_wrapper=call_wrapper)
+    try:
+        session.run()
+    except BaseException as exc:
+        # The traceback's frames hold the model (and so the process group) alive; clear them first.
+        traceback.clear_frames(exc.__traceback__)
+        session.abandon()
+        raise
+
+
+# --- in-process restart ------------------------------------------------------------------------------------------
+
+
+def build_wrapper(cfg: InprocessConfig, addr: StoreAddress, plan: DevicePlan) -> Any:
+    """NVRx inprocess.Wrapper; its internal TCPStore is hosted by rank 0 at addr's PORT+1."""
+    from nvidia_resiliency_ext import inprocess
+
+    seconds = datetime.timedelta
+    health_check = None
+    if plan.device_type == "cuda":
+        health_check = inprocess.health_check.CudaHealthCheck(timeout=seconds(seconds=cfg.soft_timeout_s))
+    return inprocess.Wrapper(
+        store_kwargs={"host_name": addr.host, "port": addr.port + 1, "timeout": seconds(seconds=cfg.barrier_timeout_s)},
+        initialize=inprocess.initialize.RetryController(max_iterations=cfg.max_iterations),
+        health_check=health_check,
+        soft_timeout=seconds(seconds=cfg.soft_timeout_s),
+        hard_timeout=seconds(seconds=cfg.hard_timeout_s),
+        heartbeat_timeout=seconds(seconds=cfg.heartbeat_timeout_s),
+        barrier_timeout=seconds(seconds=cfg.barrier_timeout_s),
+        completion_timeout=seconds(seconds=cfg.barrier_timeout_s),
+    )
+
+
+def run_inprocess(job: Job, plan: DevicePlan) -> None:
+    from nvidia_resiliency_ext import inprocess
+
+    addr = job.store_addr or default_store_addr()
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # Created once, before the Wrapper (which needs torch.distributed uninitialized), and shared by all iterations.
+    base_store = TCPStore(
+        addr.host,
+        addr.port,
+        world_size,
+        is_master=rank == 0,
+        timeout=datetime.timedelta(seconds=job.inprocess.barrier_timeout_s),
+        wait_for_workers=True,
+        multi_tenant=True,
+        use_libuv=True,
+    )
+    wrapper = build_wrapper(job.inprocess, addr, plan)
+
+    def train_iteration(call_wrapper: inprocess.CallWrapper = None) -> None:  # NVRx injects it
+        train_once(job, plan, iteration=call_wrapper.iteration, base_store=base_store, call_wrapper=call_wrapper)
+
+    wrapped: Callable[[], None] = wrapper(train_iteration)
+    wrapped()
+
+
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    job = parse_job(argv)
+    missing = [name for name in LAUNCHER_VARIABLES if name not in os.environ]
+    if missing:
+        raise SystemExit(
+            f"{', '.join(missing)} not set: start this under ft_launcher or torchrun, e.g. "
+            "ft_launcher --nproc-per-node 2 -m training.nvrx_fsdp --ckpt-dir DIR"
+        )
+    try:
+        plan = plan_device(job.device)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    if job.inprocess.enabled:
+        run_inprocess(job, plan)
+    else:
+        train_once(job, plan)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
