@@ -31,6 +31,7 @@ from typing import Any
 from infra.spec import ENVIRONMENTS, get_environment
 from infra.spec.errors import ConfigError
 from infra.spec.namespaces import RAY
+from trainctl.arguments import seconds
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -250,21 +251,11 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--request-timeout",
-        type=_seconds,
+        type=seconds(3600),
         default=DEFAULT_REQUEST_TIMEOUT_S,
         metavar="SECONDS",
         help="per API request, not for streams (default: %(default)g)",
     )
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds in (0, 3600]")
-    return value
 
 
 def connection_flags(args: argparse.Namespace) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from k8s.images import DIGEST, LOCK_PATH, ImageLock, ImageLockError
+from trainctl.arguments import seconds
 from trainctl.exit_codes import ExitCode
 from trainctl.output import short_digest, table, to_json
 from trainctl.registry import DEFAULT_TIMEOUT, INDEX_MEDIA_TYPES, RegistryClient, RegistryError, Resolved
@@ -364,16 +365,6 @@ def set_digests(path: Path, assignments: Sequence[str]) -> PinReport:
 # --- command line -----------------------------------------------------------------------------
 
 
-def _timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 120:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds in (0, 120]")
-    return value
-
-
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "pin",
@@ -402,7 +393,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     parser.add_argument(
         "--timeout",
-        type=_timeout,
+        type=seconds(120),
         default=DEFAULT_TIMEOUT,
         help="seconds per registry request (default: %(default)g)",
     )

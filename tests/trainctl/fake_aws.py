@@ -21,7 +21,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import threading
 import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -32,6 +31,8 @@ from xml.etree import ElementTree
 
 import botocore.session
 from moto.server import ThreadedMotoServer
+
+from tests.trainctl.loopback import ServerThread
 
 Reply = tuple[int, dict[str, str], bytes]
 
@@ -91,22 +92,18 @@ class _Server(ThreadingHTTPServer):
 class LoopbackStub:
     def __init__(self) -> None:
         self.calls: list[str] = []
-        self._server = _Server(self)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._loop = ServerThread(_Server(self), type(self).__name__)
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._loop.url
 
     def start(self) -> LoopbackStub:
-        self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._loop.stop()
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         raise NotImplementedError

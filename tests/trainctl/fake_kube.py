@@ -31,6 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.trainctl.loopback import ServerThread
+
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 V4 = "v4.channel.k8s.io"
 V5 = "v5.channel.k8s.io"
@@ -224,26 +226,20 @@ class FakeKube:
         self.handler_errors: list[str] = []
         self._scripts: list[tuple[Callable[[list[str]], bool], ExecHandler]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.fake = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-kube", daemon=True
-        )
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server.fake = self  # type: ignore[attr-defined]
+        self._loop = ServerThread(server, "fake-kube")
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._loop.url
 
     def start(self) -> FakeKube:
-        self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._loop.stop()
 
     # --- scripting ---
 
