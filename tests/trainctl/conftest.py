@@ -1,4 +1,4 @@
-"""A real registry per test, ports nothing answers on, and temporary lock files."""
+"""A real registry and a fake Kubernetes API per test, ports nothing answers on, and temporary lock files."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from k8s.images import ImageLock
+from tests.trainctl.fake_kube import FakeKube
 from tests.trainctl.fake_registry import FakeRegistry
 
 TIMEOUT = 5.0
@@ -22,6 +23,17 @@ def registry() -> Iterator[FakeRegistry]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    """A loopback Kubernetes API server; a test fails if any request crashed its handler."""
+    server = FakeKube().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert server.handler_errors == []
 
 
 @pytest.fixture

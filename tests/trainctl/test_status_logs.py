@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -53,16 +52,6 @@ def chunks(lines: list[str], *, noise: str = "(RayTrainWorker pid=181) epoch 0 s
     text = noise + "".join(f"{line}\n" for line in lines) + noise
     middle = len(text) // 2 + 3
     return [text[:middle].encode(), text[middle:].encode()]
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKube]:
-    server = FakeKube().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.handler_errors == []
 
 
 @pytest.fixture

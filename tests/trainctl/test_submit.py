@@ -15,7 +15,6 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import cdk8s
@@ -60,16 +59,6 @@ def write_kubeconfig(path: Path, server: str, token: str = TOKEN) -> Path:
     }
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKube]:
-    server = FakeKube().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.handler_errors == []
 
 
 @pytest.fixture
