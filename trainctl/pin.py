@@ -23,9 +23,18 @@ from typing import Any
 
 from k8s.images import DIGEST, LOCK_PATH, ImageLock, ImageLockError
 from trainctl.arguments import seconds
+from trainctl.ecr import EcrClientFactory, boto3_ecr_clients, ecr_providers
 from trainctl.exit_codes import ExitCode
 from trainctl.output import short_digest, table, to_json
-from trainctl.registry import DEFAULT_TIMEOUT, INDEX_MEDIA_TYPES, RegistryClient, RegistryError, Resolved
+from trainctl.registry import (
+    DEFAULT_TIMEOUT,
+    INDEX_MEDIA_TYPES,
+    CredentialProvider,
+    RegistryClient,
+    RegistryError,
+    Resolved,
+    parse_reference,
+)
 
 SET_FORMAT = "NAME=REF@sha256:<64 hex>"
 
@@ -402,7 +411,28 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="use plain http for registries on 127.0.0.0/8, localhost or [::1] (local test registries only)",
     )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        help="AWS profile for private ECR registries in the lock (ecr:GetAuthorizationToken; default: the usual chain)",
+    )
     parser.set_defaults(run=run)
+
+
+def registry_credentials(lock_path: Path, clients: EcrClientFactory) -> dict[str, CredentialProvider]:
+    """Providers for the private ECR registries the lock names (others are pulled anonymously);
+    none when the lock cannot be read (pin itself reports that)."""
+    try:
+        lock, _ = read_lock(lock_path)
+    except LockFileError:
+        return {}
+    hosts = set()
+    for image in lock.images.values():
+        try:
+            hosts.add(parse_reference(image.reference).registry)
+        except RegistryError:
+            continue
+    return ecr_providers(sorted(hosts), clients)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -410,7 +440,11 @@ def run(args: argparse.Namespace) -> int:
     if args.assignments:
         report = set_digests(lock_path, args.assignments)
     else:
-        client = RegistryClient(timeout=args.timeout, allow_insecure_loopback=args.allow_insecure_loopback)
+        client = RegistryClient(
+            timeout=args.timeout,
+            allow_insecure_loopback=args.allow_insecure_loopback,
+            credentials=registry_credentials(lock_path, boto3_ecr_clients(profile=args.profile)),
+        )
         missing_only: bool = args.missing_only
         report = check(lock_path, client) if args.check else pin(lock_path, client, missing_only=missing_only)
     if args.json:
