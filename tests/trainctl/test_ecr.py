@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +22,7 @@ ACCOUNT = "123456789012"
 HOST = f"{ACCOUNT}.dkr.ecr.us-east-2.amazonaws.com"
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[MotoServer]:
-    server = MotoServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+pytestmark = pytest.mark.usefixtures("fake_aws_credentials")
 
 
 class CountingClients:

@@ -8,15 +8,14 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
+from tests.trainctl.fake_aws import MotoServer
 from tests.trainctl.fake_kube import FakeKube
 from tests.trainctl.fake_ray import HEAD_LABELS, FakeRayHead
 from trainctl.cli import main
@@ -129,23 +128,12 @@ def test_token_source_renews_after_its_lifetime() -> None:
 # --- describe_cluster through moto in server mode -------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+def eks_client(url: str, region: str = "us-west-2") -> Any:
+    return session(region).client("eks", region_name=region, endpoint_url=url)
 
 
-def eks_client(moto_url: str, region: str = "us-west-2") -> Any:
-    return session(region).client("eks", region_name=region, endpoint_url=moto_url)
-
-
-def test_describe_cluster_reads_endpoint_and_ca_from_eks(moto_url: str) -> None:
-    eks = eks_client(moto_url)
+def test_describe_cluster_reads_endpoint_and_ca_from_eks(moto: MotoServer) -> None:
+    eks = eks_client(moto.url)
     eks.create_cluster(name="ml-dev", roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={})
     created = eks.describe_cluster(name="ml-dev")["cluster"]
     access = describe_cluster(eks, "ml-dev", "us-west-2")
@@ -165,16 +153,16 @@ def test_describe_cluster_reads_endpoint_and_ca_from_eks(moto_url: str) -> None:
         api.close()
 
 
-def test_describe_cluster_that_does_not_exist_says_which_and_where(moto_url: str) -> None:
+def test_describe_cluster_that_does_not_exist_says_which_and_where(moto: MotoServer) -> None:
     with pytest.raises(ConnectError, match=r"EKS cluster 'ml-nowhere' not found in us-west-2.*--cluster"):
-        describe_cluster(eks_client(moto_url), "ml-nowhere", "us-west-2")
+        describe_cluster(eks_client(moto.url), "ml-nowhere", "us-west-2")
 
 
-def test_cli_env_maps_to_region_and_cluster_name(moto_url: str, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_cli_env_maps_to_region_and_cluster_name(moto: MotoServer, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """--env prod: eks:DescribeCluster of ml-prod in us-east-2 (moto has none there: a clear exit 2)."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_EKS", moto_url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EKS", moto.url)
     code = main(["status", "--env", "prod"])
     err = capsys.readouterr().err
     assert code == ExitCode.ERROR
@@ -187,9 +175,9 @@ def test_cli_env_maps_to_region_and_cluster_name(moto_url: str, monkeypatch: pyt
 # --- the token on the wire ------------------------------------------------------------------------
 
 
-def test_api_client_presents_the_eks_token_to_the_api_server(moto_url: str) -> None:
+def test_api_client_presents_the_eks_token_to_the_api_server(moto: MotoServer) -> None:
     """A client built as --env builds it (moto's DescribeCluster, a signed token), pointed at a loopback API server."""
-    eks = eks_client(moto_url)
+    eks = eks_client(moto.url)
     if "ml-dev" not in eks.list_clusters()["clusters"]:
         eks.create_cluster(name="ml-dev", roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={})
     described = describe_cluster(eks, "ml-dev", "us-west-2")

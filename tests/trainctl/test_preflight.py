@@ -12,7 +12,6 @@ import json
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -49,40 +48,7 @@ END = datetime(2026, 12, 28, 11, 30, tzinfo=UTC)
 # --- fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Fake keys only; nothing from the caller's AWS setup (profiles, endpoints, instance role) leaks in."""
-    for name in (
-        "AWS_PROFILE",
-        "AWS_DEFAULT_PROFILE",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_EC2",
-        "AWS_ENDPOINT_URL_EKS",
-        "AWS_ENDPOINT_URL_SERVICE_QUOTAS",
-        "AWS_ROLE_ARN",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[MotoServer]:
-    server = MotoServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+pytestmark = pytest.mark.usefixtures("fake_aws_credentials")
 
 
 @pytest.fixture
