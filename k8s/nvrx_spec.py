@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from k8s.ray_spec import WorkloadError
+from k8s.workloads import require_pinned_packages
 
-_PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
 RENDEZVOUS_PORT = 29500
@@ -160,9 +160,7 @@ class NvrxFsdpJob:
                 raise WorkloadError(f"nvrx.{name}={value} must be at least 1")
         if self.nodes is not None and self.nodes < 2:
             raise WorkloadError(f"nvrx.nodes={self.nodes} must be at least 2 (a multi-node job)")
-        for requirement in self.pip:
-            if not _PINNED_REQUIREMENT.match(requirement):
-                raise WorkloadError(f"nvrx.pip entry {requirement!r} is not pinned; write it as name==version")
+        require_pinned_packages("nvrx.pip", self.pip)
         if self.active_deadline_seconds < 600:
             raise WorkloadError(f"nvrx.active_deadline_seconds={self.active_deadline_seconds} is below 600")
         if not 0 <= self.backoff_limit <= 10:

@@ -10,6 +10,13 @@ from k8s.ray_spec import WorkloadError
 _PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 
 
+def require_pinned_packages(field: str, requirements: tuple[str, ...]) -> None:
+    """Packages installed at job start must be pinned exactly (name==version), like the images."""
+    for requirement in requirements:
+        if not _PINNED_REQUIREMENT.match(requirement):
+            raise WorkloadError(f"{field} entry {requirement!r} is not pinned; write it as name==version")
+
+
 @dataclass(frozen=True, kw_only=True)
 class RayFinetuneJob:
     """The Qwen2.5-1.5B FSDP fine-tune (training/ray_finetune.py) as a RayJob."""
@@ -32,8 +39,6 @@ class RayFinetuneJob:
         for field, value in (("steps", self.steps), ("batch_size", self.batch_size), ("seq_len", self.seq_len)):
             if value < 1:
                 raise WorkloadError(f"ray_finetune.{field}={value} must be at least 1")
-        for requirement in self.pip:
-            if not _PINNED_REQUIREMENT.match(requirement):
-                raise WorkloadError(f"ray_finetune.pip entry {requirement!r} is not pinned; write it as name==version")
+        require_pinned_packages("ray_finetune.pip", self.pip)
         if self.active_deadline_seconds < 60:
             raise WorkloadError(f"ray_finetune.active_deadline_seconds={self.active_deadline_seconds} is below 60")
