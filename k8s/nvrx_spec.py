@@ -14,15 +14,13 @@ timeout and its heartbeat monitor are set above the Wrapper's hard timeout.
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 
+from infra.spec.environments import DNS_LABEL
 from k8s.ray_spec import WorkloadError
 from k8s.workloads import require_pinned_packages
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
 RENDEZVOUS_PORT = 29500
 # The in-process Wrapper's own TCPStore (per-iteration PrefixStore), next to the rendezvous.
@@ -153,8 +151,10 @@ class NvrxFsdpJob:
     backoff_limit: int = 2
 
     def __post_init__(self) -> None:
-        if not _DNS_LABEL.match(self.name):
-            raise WorkloadError(f"nvrx.name={self.name!r} must be a DNS label of at most 32 characters")
+        if not DNS_LABEL.match(self.name):
+            raise WorkloadError(
+                f"nvrx.name={self.name!r} must be lower-case letters, digits and '-', start with a letter, 1-32 chars"
+            )
         for name, value in (("steps", self.steps), ("batch_size", self.batch_size), ("seq_len", self.seq_len)):
             if value < 1:
                 raise WorkloadError(f"nvrx.{name}={value} must be at least 1")

@@ -43,7 +43,8 @@ LOG_RETENTION_DAYS = (
     3653,
 )
 
-_DNS_LABEL = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+# Names that become Kubernetes object names (a Service name must start with a letter), 1-32 chars.
+DNS_LABEL = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
 _ACCOUNT = re.compile(r"^\d{12}$")
 _REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 _ROLE_NAME = re.compile(r"^[\w+=,.@-]{1,64}$")
@@ -150,7 +151,7 @@ class ClusterConfig:
     control_plane_log_retention_days: int = 90
 
     def __post_init__(self) -> None:
-        if not _DNS_LABEL.match(self.name):
+        if not DNS_LABEL.match(self.name):
             raise ConfigError("cluster.name", self.name, "lower-case letters, digits and '-', 1-32 chars")
         if self.endpoint_access is EndpointAccess.PRIVATE and self.public_access_cidrs:
             raise ConfigError(
@@ -276,7 +277,7 @@ class GpuNodeGroupConfig:
     capacity: Capacity = field(default_factory=Capacity)
 
     def __post_init__(self) -> None:
-        if not _DNS_LABEL.match(self.name):
+        if not DNS_LABEL.match(self.name):
             raise ConfigError("gpu_node_groups.name", self.name, "lower-case letters, digits and '-', 1-32 chars")
         where = f"gpu_node_groups[{self.name}]"
         spec = instance_type(self.instance_type, field=f"{where}.instance_type")
@@ -361,7 +362,7 @@ class CheckpointStorageConfig:
                 self.throughput_per_tib,
                 "None for SCRATCH_2 (its throughput is fixed)",
             )
-        if not _DNS_LABEL.match(self.claim_name):
+        if not DNS_LABEL.match(self.claim_name):
             raise ConfigError("add_ons.checkpoint_storage.claim_name", self.claim_name, "a DNS label")
 
 
@@ -392,7 +393,7 @@ class Environment:
     tags: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        if not _DNS_LABEL.match(self.name):
+        if not DNS_LABEL.match(self.name):
             raise ConfigError("environment.name", self.name, "lower-case letters, digits and '-'")
         if not _REGION.match(self.region):
             raise ConfigError("region", self.region, "an AWS region name such as us-west-2")

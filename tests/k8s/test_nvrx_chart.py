@@ -187,7 +187,9 @@ def test_more_nodes_than_the_group_allows_is_refused_with_the_fix() -> None:
         (lambda: FtLauncherConfig(rank_heartbeat_timeout_s=1000), r"0 < rank <= initial"),
         (lambda: FtLauncherConfig(rank_termination_signal="SIGHUP"), r"SIGKILL or SIGTERM"),
         (lambda: NvrxFsdpJob(pip=("nvidia-resiliency-ext",)), r"not pinned"),
-        (lambda: NvrxFsdpJob(name="NVRX"), r"DNS label"),
+        (lambda: NvrxFsdpJob(name="NVRX"), r"nvrx.name='NVRX' must be lower-case"),
+        # It names the headless Service too, and Service names must start with a letter.
+        (lambda: NvrxFsdpJob(name="1nvrx"), r"start with a letter"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(make: Any, message: str) -> None:
