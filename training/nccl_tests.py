@@ -188,12 +188,15 @@ def _measurement_json(m: Measurement | None) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, kw_only=True)
 class FloorVerdict:
-    passed: bool
     code: ExitCode
     floor_gbps: float
     size_bytes: int | None
     busbw_gbps: float | None
     message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.code is ExitCode.OK
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -212,7 +215,6 @@ def check_floor(report: AllReduceReport, floor_gbps: float, *, min_bytes: int | 
     largest = report.largest
     if largest is None:
         return FloorVerdict(
-            passed=False,
             code=ExitCode.NO_RESULTS,
             floor_gbps=floor_gbps,
             size_bytes=None,
@@ -222,43 +224,28 @@ def check_floor(report: AllReduceReport, floor_gbps: float, *, min_bytes: int | 
     size = largest.size_bytes
     busbw = largest.busbw_gbps
     where = f"at {size} B ({human_bytes(size)})"
+
+    def verdict(code: ExitCode, message: str) -> FloorVerdict:
+        return FloorVerdict(code=code, floor_gbps=floor_gbps, size_bytes=size, busbw_gbps=busbw, message=message)
+
     if min_bytes is not None and size < min_bytes:
-        return FloorVerdict(
-            passed=False,
-            code=ExitCode.SWEEP_TOO_SHORT,
-            floor_gbps=floor_gbps,
-            size_bytes=size,
-            busbw_gbps=busbw,
-            message=(
-                f"FABRIC CHECK FAILED: sweep ends {where}, below the {min_bytes} B ({human_bytes(min_bytes)}) "
-                f"the floor {floor_gbps:g} GB/s applies from; rerun with a larger max size"
-            ),
+        return verdict(
+            ExitCode.SWEEP_TOO_SHORT,
+            f"FABRIC CHECK FAILED: sweep ends {where}, below the {min_bytes} B ({human_bytes(min_bytes)}) "
+            f"the floor {floor_gbps:g} GB/s applies from; rerun with a larger max size",
         )
     if busbw is None:
-        return FloorVerdict(
-            passed=False,
-            code=ExitCode.BELOW_FLOOR,
-            floor_gbps=floor_gbps,
-            size_bytes=size,
-            busbw_gbps=None,
-            message=f"FABRIC CHECK FAILED: bus bandwidth N/A {where} below floor {floor_gbps:g} GB/s (not measured)",
+        return verdict(
+            ExitCode.BELOW_FLOOR,
+            f"FABRIC CHECK FAILED: bus bandwidth N/A {where} below floor {floor_gbps:g} GB/s (not measured)",
         )
     if busbw < floor_gbps:
-        return FloorVerdict(
-            passed=False,
-            code=ExitCode.BELOW_FLOOR,
-            floor_gbps=floor_gbps,
-            size_bytes=size,
-            busbw_gbps=busbw,
-            message=f"FABRIC CHECK FAILED: bus bandwidth {busbw:.2f} GB/s {where} below floor {floor_gbps:g} GB/s",
+        return verdict(
+            ExitCode.BELOW_FLOOR,
+            f"FABRIC CHECK FAILED: bus bandwidth {busbw:.2f} GB/s {where} below floor {floor_gbps:g} GB/s",
         )
-    return FloorVerdict(
-        passed=True,
-        code=ExitCode.OK,
-        floor_gbps=floor_gbps,
-        size_bytes=size,
-        busbw_gbps=busbw,
-        message=f"FABRIC CHECK PASSED: bus bandwidth {busbw:.2f} GB/s {where} meets floor {floor_gbps:g} GB/s",
+    return verdict(
+        ExitCode.OK, f"FABRIC CHECK PASSED: bus bandwidth {busbw:.2f} GB/s {where} meets floor {floor_gbps:g} GB/s"
     )
 
 
