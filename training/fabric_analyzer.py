@@ -20,7 +20,8 @@ The overall verdict is `efa` only if there is at least one rank and every rank i
     0  every rank used EFA
     1  fallback detected: at least one rank on sockets or on a degraded provider
     2  could not run: an unreadable file, bad arguments
-    3  no evidence: no rank, or a rank without network-selection lines (and no fallback)
+    3  no evidence: no rank, a rank without network-selection lines, or fewer ranks in the input than
+       NCCL's `nRanks` says the communicator has (and no fallback)
 
 Lines are recognised by the NCCL prefix `host:pid:tid [cudaDev] NCCL INFO|WARN`, wherever it is
 in the line, so the wrappers logs carry in practice do not matter: `mpirun --tag-output`
@@ -60,7 +61,7 @@ class ExitStatus(IntEnum):
     ERROR = 2
     """Could not run: an unreadable file, bad arguments."""
     NO_EVIDENCE = 3
-    """No rank, or ranks without network-selection lines (and no fallback)."""
+    """No rank, ranks without network-selection lines, or fewer ranks than NCCL reported (and no fallback)."""
 
 
 EXIT_STATUS: dict[Verdict, ExitStatus] = {
@@ -218,6 +219,14 @@ class FabricReport:
     errors: list[str] = field(default_factory=list)
     """Inputs that could not be read; any error makes the exit status ERROR."""
     sources: list[str] = field(default_factory=list)
+    world_size: int | None = None
+    """The rank count of the largest communicator NCCL reported (its `rank R nRanks N` lines), if any."""
+    ranks_seen: int = 0
+    """How many of that communicator's ranks have lines in the input."""
+
+    @property
+    def missing_ranks(self) -> int:
+        return 0 if self.world_size is None else max(0, self.world_size - self.ranks_seen)
 
     @property
     def verdict(self) -> Verdict:
@@ -225,6 +234,10 @@ class FabricReport:
         for worst in (Verdict.SOCKET, Verdict.DEGRADED, Verdict.UNKNOWN):
             if worst in found:
                 return worst
+        # Ranks NCCL counted but the input does not show (Ray's deduplication, a missing pod log) are unjudged:
+        # every rank shown on EFA is not evidence that the job was.
+        if self.missing_ranks:
+            return Verdict.UNKNOWN
         return Verdict.EFA if self.ranks else Verdict.UNKNOWN
 
     @property
@@ -260,6 +273,12 @@ class FabricReport:
             return f"FAIL: {bad} of {n} rank(s) fell back from EFA ({parts}). " + "; ".join(hints)
         if not n:
             return f"UNKNOWN: no NCCL log lines in the input; {DEBUG_HINT}"
+        if self.missing_ranks and not any(r.verdict is Verdict.UNKNOWN for r in self.ranks):
+            return (
+                f"UNKNOWN: the input shows {self.ranks_seen} of the {self.world_size} ranks NCCL reported "
+                f"({counts[Verdict.EFA]} shown used EFA); the others are not judged. Collect every rank's log: "
+                "RAY_DEDUP_LOGS=0 for Ray jobs (or the worker session logs), every pod of the job"
+            )
         unknown = [r for r in self.ranks if r.verdict is Verdict.UNKNOWN]
         stopped = [r for r in unknown if r.plugin_error]
         if len(stopped) == len(unknown):
@@ -279,6 +298,8 @@ class FabricReport:
             "exit_code": int(self.exit_status),
             "summary": self.summary(),
             "counts": self.counts(),
+            "world_size": self.world_size,
+            "ranks_seen": self.ranks_seen,
             "ranks": [r.to_json() for r in self.ranks],
             "notes": list(self.notes),
             "errors": list(self.errors),
@@ -582,7 +603,13 @@ class Analyzer:
                 f"the input shows {len(seen)} of the {world} ranks of the largest communicator; "
                 "the verdict covers only the ranks shown"
             )
-        return FabricReport(ranks=verdicts, notes=notes, sources=list(self.sources))
+        return FabricReport(
+            ranks=verdicts,
+            notes=notes,
+            sources=list(self.sources),
+            world_size=world or None,
+            ranks_seen=len(seen),
+        )
 
 
 def _copy(state: _RankState) -> _RankState:

@@ -490,8 +490,12 @@ def test_overall_verdict() -> None:
     silent = [nccl("cudaDriverVersion 12040", pid=4)]
     assert analyze([]).verdict is Verdict.UNKNOWN
     assert analyze([]).exit_status is ExitStatus.NO_EVIDENCE
-    assert analyze(efa).exit_status is ExitStatus.EFA
-    assert analyze(efa + silent).exit_status is ExitStatus.NO_EVIDENCE
+    every_rank = [
+        nccl(m.replace("rank 0 nranks 4", f"rank {r} nranks 4"), pid=10 + r) for r in range(4) for m in EFA_OLD
+    ]
+    assert analyze(every_rank).exit_status is ExitStatus.EFA
+    assert analyze(efa).exit_status is ExitStatus.NO_EVIDENCE  # 1 of the 4 ranks NCCL reported
+    assert analyze(every_rank + silent).exit_status is ExitStatus.NO_EVIDENCE
     assert analyze(efa + degraded).verdict is Verdict.DEGRADED
     assert analyze(efa + degraded + silent).exit_status is ExitStatus.FALLBACK
     assert analyze(efa + degraded + socket).verdict is Verdict.SOCKET
@@ -508,7 +512,18 @@ def test_an_unreadable_input_makes_it_an_error() -> None:
 def test_json_shape() -> None:
     lines = [nccl(m, pid=1) for m in EFA_OLD] + [nccl("Using network Socket", pid=2)]
     document = json.loads(json.dumps(analyze(lines, source="job.log").to_json()))
-    assert set(document) == {"verdict", "exit_code", "summary", "counts", "ranks", "notes", "errors", "sources"}
+    assert set(document) == {
+        "verdict",
+        "exit_code",
+        "summary",
+        "counts",
+        "world_size",
+        "ranks_seen",
+        "ranks",
+        "notes",
+        "errors",
+        "sources",
+    }
     assert (document["verdict"], document["exit_code"]) == ("socket", 1)
     assert document["counts"] == {"efa": 1, "degraded": 0, "socket": 1, "unknown": 0}
     assert document["sources"] == ["job.log"]
@@ -561,3 +576,27 @@ def test_missing_ranks_are_noted() -> None:
     lines = [nccl(m) for m in EFA_OLD]
     (note,) = analyze(lines).notes
     assert "1 of the 4 ranks" in note
+
+
+def test_fewer_ranks_than_nccl_reported_is_no_evidence_never_pass() -> None:
+    """One rank on EFA out of the 4 its communicator has: the other 3 are unjudged, so the job is not shown to be
+    on EFA (Ray's log deduplication hides ranks exactly like this)."""
+    report = analyze([nccl(m) for m in EFA_OLD])
+    assert [r.verdict for r in report.ranks] == [Verdict.EFA]
+    assert report.verdict is Verdict.UNKNOWN
+    assert report.exit_status is ExitStatus.NO_EVIDENCE
+    assert report.summary().startswith("UNKNOWN: the input shows 1 of the 4 ranks NCCL reported")
+    assert "RAY_DEDUP_LOGS=0" in report.summary()
+    assert (report.to_json()["world_size"], report.to_json()["ranks_seen"]) == (4, 1)
+
+
+def test_all_ranks_of_the_communicator_seen_is_a_pass() -> None:
+    lines = [nccl(m.replace("rank 0 nranks 4", f"rank {r} nranks 4"), pid=10 + r) for r in range(4) for m in EFA_OLD]
+    report = analyze(lines)
+    assert report.exit_status is ExitStatus.EFA
+    assert (report.to_json()["world_size"], report.to_json()["ranks_seen"]) == (4, 4)
+
+
+def test_a_fallback_outranks_missing_ranks() -> None:
+    lines = [nccl(m, pid=1) for m in EFA_OLD] + [nccl("Using network Socket", pid=2)]
+    assert analyze(lines).exit_status is ExitStatus.FALLBACK
