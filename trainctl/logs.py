@@ -4,9 +4,13 @@
     trainctl logs --env dev --workers [--follow]        every worker pod of the RayCluster, each line
                                                         prefixed [pod/NAME/CONTAINER] (as kubectl --prefix)
     trainctl logs --env dev --pod NAME [--previous]     one pod (its Ray container unless --container)
-    trainctl logs --env dev --workers --fabric          did NCCL use EFA on every rank? The logs are read in
-                                                        full and judged by training.fabric_analyzer (the
-                                                        same verdict and exit code as `trainctl fabric-check`)
+    trainctl logs --env dev --workers --fabric          did NCCL use EFA on every rank? The container logs and
+                                                        the Ray session worker logs inside each worker pod
+                                                        (/tmp/ray/session_latest/logs/worker-*.out|err, where
+                                                        the Ray Train actors' NCCL lines are) are read in full
+                                                        and judged by training.fabric_analyzer (the same
+                                                        verdict and exit code as `trainctl fabric-check`;
+                                                        fewer ranks than NCCL reported is no evidence, exit 3)
 
 Workers are the pods labelled ray.io/node-type=worker (and ray.io/cluster=NAME, see --ray-cluster;
 a RayJob's own cluster is named in `trainctl status`). With --fabric the logs themselves are not
@@ -41,6 +45,27 @@ from trainctl.kube import (
 from trainctl.progress import Progress, TextSink
 from trainctl.ray_jobs import SUBMISSION_ID, logs_command
 from training import fabric_analyzer
+
+# Ray Train workers are actors: their stdout/stderr, NCCL's INFO lines included, go to
+# /tmp/ray/session_*/logs/worker-*.out|err inside each worker pod, never to the container log (Ray's logging
+# docs; the AWS Ray Train DLC sample greps these files through kubectl exec). The script prints each file after a
+# line holding \x1e and its name; exit 3 when the pod has no worker logs (yet).
+RAY_TEMP_DIR = "/tmp/ray"
+SESSION_LOGS_SCRIPT = r"""root="$1"; found=0
+for f in "$root"/session_latest/logs/worker-*.out "$root"/session_latest/logs/worker-*.err; do
+  [ -f "$f" ] || continue
+  found=1
+  printf '\036%s\n' "${f##*/}"
+  cat "$f" || exit 1
+  printf '\n'
+done
+[ "$found" = 1 ] || { echo "no Ray worker logs under $root/session_latest/logs" >&2; exit 3; }
+"""
+NO_SESSION_LOGS = 3
+
+
+def session_logs_command(ray_temp_dir: str = RAY_TEMP_DIR) -> list[str]:
+    return ["sh", "-c", SESSION_LOGS_SCRIPT, "sh", ray_temp_dir]
 
 
 class LogCollector:
@@ -181,6 +206,34 @@ def read_job(target: Target, submission_id: str, collector: LogCollector, *, fol
     return []
 
 
+def read_session_logs(target: Target, pods: Iterable[Pod], collector: LogCollector) -> list[str]:
+    """The Ray session worker logs (the actors' output) of each pod, one source per file:
+    pod/NAME/session:worker-....out. A pod without worker logs adds nothing (the analyzer's rank count shows it)."""
+    errors: list[str] = []
+    for pod in pods:
+        try:
+            result = exec_in_pod(target.api, pod, session_logs_command())
+        except KubeError as exc:
+            errors.append(str(exc))
+            continue
+        if result.exit_code == NO_SESSION_LOGS:
+            continue
+        if not result.ok:
+            errors.append(f"Ray session logs in pod {pod}: {result.why()}")
+            continue
+        source = None
+        for line in result.stdout.decode(errors="replace").split("\n"):
+            if line.startswith("\x1e"):
+                if source is not None:
+                    collector.end(source)
+                source = f"pod/{pod.name}/session:{line[1:]}"
+            elif source is not None:
+                collector.feed(source, f"{line}\n".encode())
+        if source is not None:
+            collector.end(source)
+    return errors
+
+
 def worker_pods(target: Target) -> list[Pod]:
     selector = ray_selector(WORKER, target.ray_cluster)
     pods = list_pods(target.api, target.namespace, selector, timeout=target.request_timeout)
@@ -199,7 +252,10 @@ def collect(args: argparse.Namespace, target: Target, collector: LogCollector) -
         pods = worker_pods(target)
     else:
         pods = [get_pod(target.api, target.namespace, args.pod, timeout=target.request_timeout)]
-    return read_pods(target, pods, collector, container=args.container, follow=args.follow, previous=args.previous)
+    errors = read_pods(target, pods, collector, container=args.container, follow=args.follow, previous=args.previous)
+    if args.workers and args.fabric:
+        errors += read_session_logs(target, pods, collector)
+    return errors
 
 
 def judge(collector: LogCollector, errors: list[str], *, as_json: bool, out: TextIO | None = None) -> ExitCode:

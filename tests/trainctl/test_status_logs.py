@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.trainctl.fake_kube import FakeKube
+from tests.trainctl.fake_kube import ExecSession, FakeKube, reply
 from tests.trainctl.fake_ray import HEAD_LABELS, WORKER_LABELS, FakeRayHead
 from tests.trainctl.test_submit import HEAD, TOKEN, write_kubeconfig
 from trainctl.cli import main
 from trainctl.exit_codes import ExitCode
+from trainctl.logs import RAY_TEMP_DIR, session_logs_command
 from trainctl.ray_jobs import DASHBOARD, QUERY_SCRIPT, logs_command, parse_query_output, query_command
 from training import fabric_analyzer
 
@@ -303,6 +304,77 @@ def test_pod_logs_errors_exit_2(kube: FakeKube, head: FakeRayHead, kubeconfig: P
 EFA_0 = efa_rank("ip-10-10-1-7", 181, 0)
 
 
+@pytest.fixture
+def ray_sessions(kube: FakeKube, tmp_path: Path) -> Path:
+    """Each worker pod's Ray temp dir as a folder here (tmp_path/<pod>/session_latest/logs): the session-log command
+    trainctl sends is run for real by sh against the exec'd pod's folder instead of /tmp/ray."""
+
+    def handler(session: ExecSession) -> int:
+        command = session.command
+        assert command[-1] == RAY_TEMP_DIR
+        done = subprocess.run(
+            [*command[:-1], str(tmp_path / "sessions" / session.call.pod)], capture_output=True, timeout=30
+        )
+        session.stdout(done.stdout)
+        session.stderr(done.stderr)
+        return done.returncode
+
+    kube.on_exec(session_logs_command()[:-1], handler)
+    return tmp_path / "sessions"
+
+
+def session_log(root: Path, pod: str, name: str, lines: list[str]) -> None:
+    logs = root / pod / "session_2026-11-30_10-00-00_000000_1" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / name).write_text("".join(f"{line}\n" for line in lines))
+    latest = root / pod / "session_latest"
+    if not latest.exists():
+        latest.symlink_to(logs.parent.name)
+
+
+RAY_START_NOISE = ["[2026-11-30 10:00:01,000 I 7 7] Ray runtime started.", "--block: waiting"]
+
+
+def test_workers_fabric_reads_the_ray_session_worker_logs(
+    kube: FakeKube, head: FakeRayHead, kubeconfig: Path, ray_sessions: Path, capsys
+) -> None:
+    """Ray Train workers are actors: NCCL's lines are in /tmp/ray/session_*/logs/worker-*.out of each worker pod,
+    never in the container log, which holds only `ray start` output."""
+    for worker, rank in zip(WORKERS, (efa_rank("ip-10-10-1-7", 181, 0), efa_rank("ip-10-10-1-8", 190, 1)), strict=True):
+        kube.add_log(worker, "ray-worker", chunks(RAY_START_NOISE))
+        session_log(ray_sessions, worker, "worker-5f1e-01000000-181.out", ["(RayTrainWorker) step 1", *rank])
+        session_log(ray_sessions, worker, "worker-5f1e-01000000-181.err", ["a warning"])
+    code, out, _ = cli(capsys, "logs", kubeconfig, "--workers", "--fabric", "--json")
+    document = json.loads(out)
+    assert (code, document["verdict"], document["ranks_seen"], document["world_size"]) == (ExitCode.OK, "efa", 2, 2)
+    assert f"pod/{WORKERS[0]}/session:worker-5f1e-01000000-181.out" in document["sources"]
+    assert f"pod/{WORKERS[1]}/session:worker-5f1e-01000000-181.err" in document["sources"]
+
+
+def test_workers_fabric_with_a_rank_missing_from_the_session_logs_is_no_evidence(
+    kube: FakeKube, head: FakeRayHead, kubeconfig: Path, ray_sessions: Path, capsys
+) -> None:
+    for worker in WORKERS:
+        kube.add_log(worker, "ray-worker", chunks(RAY_START_NOISE))
+    session_log(ray_sessions, WORKERS[0], "worker-aa-01000000-181.out", efa_rank("ip-10-10-1-7", 181, 0))
+    code, out, _ = cli(capsys, "logs", kubeconfig, "--workers", "--fabric")
+    assert code == ExitCode.NO_EVIDENCE
+    assert "UNKNOWN: the input shows 1 of the 2 ranks NCCL reported" in out
+
+
+def test_workers_fabric_when_the_session_logs_cannot_be_read_is_an_error(
+    kube: FakeKube, head: FakeRayHead, kubeconfig: Path, capsys
+) -> None:
+    for worker, rank in zip(WORKERS, (efa_rank("ip-10-10-1-7", 181, 0), efa_rank("ip-10-10-1-8", 190, 1)), strict=True):
+        kube.add_log(worker, "ray-worker", chunks(rank))
+    kube.on_exec(session_logs_command()[:-1], reply(stderr="sh: 1: cat: Permission denied\n", exit_code=1))
+    code, out, err = cli(capsys, "logs", kubeconfig, "--workers", "--fabric")
+    assert code == ExitCode.ERROR
+    assert "could not run: 2 input(s) could not be read" in out  # one per worker pod
+    assert f"Ray session logs in pod ray/{WORKERS[0]}" in err
+    assert "Permission denied" in err
+
+
 @pytest.mark.parametrize(
     ("first", "second", "expected", "summary"),
     [
@@ -315,6 +387,7 @@ def test_workers_fabric_verdict_is_the_analyzers(
     kube: FakeKube,
     head: FakeRayHead,
     kubeconfig: Path,
+    ray_sessions: Path,
     capsys,
     first: list[str],
     second: list[str],
@@ -336,7 +409,7 @@ def test_workers_fabric_verdict_is_the_analyzers(
 
 
 def test_workers_fabric_with_a_worker_not_started_is_an_error(
-    kube: FakeKube, head: FakeRayHead, kubeconfig: Path, capsys
+    kube: FakeKube, head: FakeRayHead, kubeconfig: Path, ray_sessions: Path, capsys
 ) -> None:
     kube.add_log(WORKERS[0], "ray-worker", chunks(efa_rank("ip-10-10-1-7", 181, 0)))
     code, out, err = cli(capsys, "logs", kubeconfig, "--workers", "--fabric")
