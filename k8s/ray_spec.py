@@ -165,7 +165,7 @@ def worker_group(group: GpuNodeGroupConfig, lock: ImageLock, profile: FabricProf
     gpus = parts.resources["limits"]["nvidia.com/gpu"]
     return {
         "groupName": group.name,
-        "replicas": group.scaling.desired_size,
+        "replicas": group.workload_nodes,
         "minReplicas": group.scaling.min_size,
         "maxReplicas": group.scaling.max_size,
         # Must equal the GPU limit, or Ray schedules more (or fewer) GPU tasks than exist.

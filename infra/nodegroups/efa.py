@@ -126,11 +126,7 @@ class EfaNodeGroup(Construct):
                 # With explicit interfaces, security groups go on each interface (a
                 # top-level SecurityGroupIds is refused), and no SubnetId: EKS sets it.
                 network_interfaces=[_interface(slot, groups) for slot in self.interfaces],
-                placement=(
-                    ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.ref)
-                    if self.placement_group
-                    else None
-                ),
+                placement=_placement(config, self.placement_group),
                 capacity_reservation_specification=_capacity_reservation(config),
                 instance_market_options=(
                     ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
@@ -174,6 +170,18 @@ def _interface(slot: InterfaceSlot, groups: list[str]) -> ec2.CfnLaunchTemplate.
         groups=groups,
         delete_on_termination=True,
     )
+
+
+def _placement(
+    config: GpuNodeGroupConfig, own: ec2.CfnPlacementGroup | None
+) -> ec2.CfnLaunchTemplate.PlacementProperty | None:
+    """Our own cluster placement group (plain On-Demand), the reservation's (an ODCR created in a
+    cluster placement group is used only by instances launched into that group), or none."""
+    if own is not None:
+        return ec2.CfnLaunchTemplate.PlacementProperty(group_name=own.ref)
+    if config.capacity.placement_group_name is not None:
+        return ec2.CfnLaunchTemplate.PlacementProperty(group_name=config.capacity.placement_group_name)
+    return None
 
 
 def _capacity_reservation(

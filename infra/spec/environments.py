@@ -231,12 +231,25 @@ class CapacityKind(Enum):
 
 
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+# EC2 placement group names: up to 255 ASCII characters (CreatePlacementGroup, GroupName).
+_PLACEMENT_GROUP_NAME = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Capacity:
+    """Where a GPU group's instances come from.
+
+    `placement_group_name` is for RESERVATION / CAPACITY_BLOCK groups whose reservation was created
+    in a cluster placement group: an On-Demand Capacity Reservation made in a cluster placement group
+    is used only by instances launched into that same group (EC2 user guide, "Capacity Reservations
+    in cluster placement groups"; REFERENCE.md), so the launch template then sets
+    `Placement.GroupName` to it. Plain ON_DEMAND groups get a cluster placement group of their own
+    and refuse the field.
+    """
+
     kind: CapacityKind = CapacityKind.ON_DEMAND
     reservation_id: str | None = None
+    placement_group_name: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind is CapacityKind.ON_DEMAND:
@@ -247,6 +260,13 @@ class Capacity:
                     "none for plain on-demand capacity",
                     "set kind=CapacityKind.RESERVATION or CapacityKind.CAPACITY_BLOCK to target it",
                 )
+            if self.placement_group_name is not None:
+                raise ConfigError(
+                    "capacity.placement_group_name",
+                    self.placement_group_name,
+                    "none for plain on-demand capacity (the group gets a cluster placement group of its own)",
+                    "name a placement group only for a reservation or Capacity Block created in one",
+                )
             return
         if self.reservation_id is None or not _RESERVATION_ID.match(self.reservation_id):
             raise ConfigError(
@@ -255,17 +275,45 @@ class Capacity:
                 "the reservation's id, cr- followed by 8-17 hex digits",
                 f"a {self.kind.value} group launches only into a named reservation",
             )
+        if self.placement_group_name is not None and not _PLACEMENT_GROUP_NAME.match(self.placement_group_name):
+            raise ConfigError(
+                "capacity.placement_group_name",
+                self.placement_group_name,
+                "the placement group's name, 1-255 printable ASCII characters without spaces",
+                "copy it from the reservation (describe-capacity-reservations, PlacementGroupArn)",
+            )
 
     @property
     def brings_own_placement(self) -> bool:
         """Reservations and Capacity Blocks are placed when AWS provisions them; a forced
-        cluster placement group can make launches fail against them."""
+        cluster placement group of our own can make launches fail against them."""
         return self.kind is not CapacityKind.ON_DEMAND
 
 
 @dataclass(frozen=True, kw_only=True)
 class GpuNodeGroupConfig:
-    """A GPU node group with EFA. The construct that builds it reads only this and the instance facts."""
+    """A GPU node group with EFA. The construct that builds it reads only this and the instance facts.
+
+    Capacity policy (issue 13): a managed node group finishes creating only once its instances
+    launch, so a GPU shortage (InsufficientInstanceCapacity) fails the node group and rolls back its
+    stack. Hence:
+
+    - ON_DEMAND without a reservation: `scaling.desired_size` must be 0 unless `launch_at_deploy=True`
+      (an explicit opt-in that accepts a capacity shortage rolling back this group's GPU stack). Scale
+      up after deploy with `trainctl scale` (or `aws eks update-nodegroup-config --scaling-config
+      desiredSize=N`).
+    - CAPACITY_BLOCK: desired 0 always. EKS user guide, "Create a managed node group with Capacity
+      Blocks for ML" (capacity-blocks-mng): "When upgrading managed node groups with Capacity Blocks,
+      make sure that the desired size of the node group is set to 0", and a block's instances can only
+      launch while the block is active. Nodes are launched by setting the desired size once the block
+      is active (`trainctl scale` / update-nodegroup-config, or a scheduled scaling action on the
+      node group's Auto Scaling group at the block's start time), and scaled back to 0 before it ends
+      (the EKS guide suggests more than 30 minutes before the end time, to drain).
+    - RESERVATION (ODCR): the instances exist already, desired > 0 is allowed.
+
+    `workload_nodes` is how many nodes one training job on this group uses (Ray worker replicas,
+    NVRx pods); workloads read it instead of `scaling.desired_size`, which is 0 at deploy.
+    """
 
     name: str
     instance_type: str
@@ -275,6 +323,10 @@ class GpuNodeGroupConfig:
     # Training images (CUDA, PyTorch, NCCL) are 10-20 GB each; several versions get cached.
     root_volume_gib: int = 500
     capacity: Capacity = field(default_factory=Capacity)
+    # Opt-in for an On-Demand group to launch instances during `cdk deploy` (desired_size > 0).
+    launch_at_deploy: bool = False
+    # Nodes one training job on this group uses (Ray worker replicas, NVRx pods).
+    workload_nodes: int = 2
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -300,6 +352,43 @@ class GpuNodeGroupConfig:
                 f"{where}.root_volume_gib",
                 self.root_volume_gib,
                 "200 to 16384 GiB (training images need room)",
+            )
+        if not 1 <= self.workload_nodes <= self.scaling.max_size:
+            raise ConfigError(
+                f"{where}.workload_nodes",
+                self.workload_nodes,
+                f"1 to scaling.max_size ({self.scaling.max_size})",
+                "a job cannot use more nodes than the group can hold; raise max_size or use fewer nodes",
+            )
+        self._check_capacity_policy(where)
+
+    def _check_capacity_policy(self, where: str) -> None:
+        desired = self.scaling.desired_size
+        kind = self.capacity.kind
+        if kind is CapacityKind.CAPACITY_BLOCK:
+            if self.launch_at_deploy:
+                raise ConfigError(
+                    f"{where}.launch_at_deploy",
+                    self.launch_at_deploy,
+                    "False for a Capacity Block group (EKS requires desired size 0 when it is updated)",
+                    "scale up with `trainctl scale` once the block is active",
+                )
+            if desired != 0:
+                raise ConfigError(
+                    f"{where}.scaling.desired_size",
+                    desired,
+                    "0 for a Capacity Block group (EKS requires desired size 0 when a Capacity Block "
+                    "node group is updated, and the block launches instances only while active)",
+                    "set desired_size=0 and scale up with `trainctl scale` once the block is active",
+                )
+        elif kind is CapacityKind.ON_DEMAND and desired > 0 and not self.launch_at_deploy:
+            raise ConfigError(
+                f"{where}.scaling.desired_size",
+                desired,
+                "0 for an On-Demand group without a reservation (a capacity shortage at deploy fails the "
+                "node group and rolls back its stack)",
+                "scale up after deploy with `trainctl scale` or set launch_at_deploy=True and accept that "
+                "a capacity shortage rolls back that GPU stack",
             )
 
     @property
@@ -460,10 +549,13 @@ def _dev() -> Environment:
         ),
         system_nodes=SystemNodeGroupConfig(scaling=Scaling(min_size=2, desired_size=2, max_size=3)),
         gpu_availability_zone="us-west-2a",
-        # The Ray Train fine-tune scale: 2 x g6.12xlarge = 8 L4 GPUs.
+        # The Ray Train fine-tune scale: 2 x g6.12xlarge = 8 L4 GPUs. Desired 0: scaled up after deploy.
         gpu_node_groups=(
             GpuNodeGroupConfig(
-                name="g6", instance_type="g6.12xlarge", scaling=Scaling(min_size=0, desired_size=2, max_size=2)
+                name="g6",
+                instance_type="g6.12xlarge",
+                scaling=Scaling(min_size=0, desired_size=0, max_size=2),
+                workload_nodes=2,
             ),
         ),
         # No FSx in dev: Ray Train checkpoints go to the Ray storage path.
@@ -488,12 +580,19 @@ def _prod() -> Environment:
         ),
         system_nodes=SystemNodeGroupConfig(scaling=Scaling(min_size=2, desired_size=3, max_size=4)),
         gpu_availability_zone="us-east-2a",
+        # Desired 0: On-Demand GPU capacity is scaled up after deploy (`trainctl scale`).
         gpu_node_groups=(
             GpuNodeGroupConfig(
-                name="p5", instance_type="p5.48xlarge", scaling=Scaling(min_size=0, desired_size=2, max_size=8)
+                name="p5",
+                instance_type="p5.48xlarge",
+                scaling=Scaling(min_size=0, desired_size=0, max_size=8),
+                workload_nodes=2,
             ),
             GpuNodeGroupConfig(
-                name="g6", instance_type="g6.12xlarge", scaling=Scaling(min_size=0, desired_size=2, max_size=4)
+                name="g6",
+                instance_type="g6.12xlarge",
+                scaling=Scaling(min_size=0, desired_size=0, max_size=4),
+                workload_nodes=2,
             ),
         ),
         add_ons=AddOnsConfig(

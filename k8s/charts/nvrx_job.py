@@ -35,7 +35,7 @@ EXIT_BAD_CONFIGURATION = 2
 
 
 def job_nodes(job: NvrxFsdpJob, group: GpuNodeGroupConfig) -> int:
-    nodes = job.nodes if job.nodes is not None else group.scaling.desired_size
+    nodes = job.nodes if job.nodes is not None else group.workload_nodes
     if not 2 <= nodes <= group.scaling.max_size:
         raise WorkloadError(
             f"nvrx.nodes={nodes} does not fit GPU group {group.name!r} (max_size {group.scaling.max_size}); "

@@ -93,7 +93,7 @@ class RayJobChart(cdk8s.Chart):
         group = gpu_group(environment, job.gpu_group)
         gpu = group.instance.gpu
         assert gpu is not None
-        self.workers = group.scaling.desired_size * gpu.count
+        self.workers = group.workload_nodes * gpu.count
         cluster = ray_cluster_spec(environment, lock, groups=(group,), profile=profile)
         runtime_env = {"pip": list(job.pip), "env_vars": {"HF_HUB_ENABLE_HF_TRANSFER": "0"}}
         self.spec = {

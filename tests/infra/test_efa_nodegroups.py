@@ -25,7 +25,8 @@ from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context
 from tests.helpers import launch_template_of, nodegroup, of_type
 
-ONE = Scaling(min_size=0, desired_size=1, max_size=1)
+# Desired 0: On-Demand GPU groups launch nothing at deploy (issue 13).
+IDLE = Scaling(min_size=0, desired_size=0, max_size=2)
 RESERVATION = "cr-0123456789abcdef0"
 
 # Written out by hand from AWS's EFA guidance, not computed by the code under test.
@@ -45,7 +46,7 @@ def _stage(groups: tuple[GpuNodeGroupConfig, ...], name: str = "t") -> dict[str,
 
 @pytest.fixture(scope="module")
 def every_type() -> dict[str, Any]:
-    groups = tuple(GpuNodeGroupConfig(name=t.split(".")[0], instance_type=t, scaling=ONE) for t in EXPECTED_LAYOUTS)
+    groups = tuple(GpuNodeGroupConfig(name=t.split(".")[0], instance_type=t, scaling=IDLE) for t in EXPECTED_LAYOUTS)
     return _stage(groups, "types")
 
 
@@ -55,14 +56,32 @@ def reserved() -> dict[str, Any]:
         GpuNodeGroupConfig(
             name="odcr",
             instance_type="p5.48xlarge",
-            scaling=ONE,
+            scaling=IDLE,
             capacity=Capacity(kind=CapacityKind.RESERVATION, reservation_id=RESERVATION),
         ),
         GpuNodeGroupConfig(
             name="block",
             instance_type="p5.48xlarge",
-            scaling=ONE,
+            scaling=IDLE,
             capacity=Capacity(kind=CapacityKind.CAPACITY_BLOCK, reservation_id="cr-0fedcba9876543210"),
+        ),
+        GpuNodeGroupConfig(
+            name="odcrpg",
+            instance_type="p5.48xlarge",
+            scaling=Scaling(min_size=0, desired_size=2, max_size=2),
+            capacity=Capacity(
+                kind=CapacityKind.RESERVATION, reservation_id=RESERVATION, placement_group_name="p5-odcr-pg"
+            ),
+        ),
+        GpuNodeGroupConfig(
+            name="blockpg",
+            instance_type="p5.48xlarge",
+            scaling=IDLE,
+            capacity=Capacity(
+                kind=CapacityKind.CAPACITY_BLOCK,
+                reservation_id="cr-0fedcba9876543210",
+                placement_group_name="p5-block-pg",
+            ),
         ),
     )
     return _stage(groups, "reserved")
@@ -150,6 +169,23 @@ def test_reservation_targets_the_odcr_without_a_placement_group(reserved: dict[s
     }
     assert "InstanceMarketOptions" not in data
     assert ng["CapacityType"] == "ON_DEMAND"
+
+
+@pytest.mark.parametrize(("group", "placement"), [("odcrpg", "p5-odcr-pg"), ("blockpg", "p5-block-pg")])
+def test_reservation_in_a_placement_group_launches_into_that_group(
+    reserved: dict[str, Any], group: str, placement: str
+) -> None:
+    # An ODCR created in a cluster placement group is used only by instances launched into it.
+    _, data = _group(reserved, group)
+    assert data["Placement"] == {"GroupName": placement}
+    assert "CapacityReservationId" in data["CapacityReservationSpecification"]["CapacityReservationTarget"]
+    assert of_type(reserved, "AWS::EC2::PlacementGroup") == {}  # theirs, not one of ours
+
+
+def test_reserved_groups_keep_their_sizes(reserved: dict[str, Any]) -> None:
+    # A reservation's instances exist: desired > 0 is allowed; a Capacity Block group stays at 0.
+    assert _group(reserved, "odcrpg")[0]["ScalingConfig"]["DesiredSize"] == 2
+    assert _group(reserved, "blockpg")[0]["ScalingConfig"]["DesiredSize"] == 0
 
 
 def test_capacity_block_uses_its_market_type_and_capacity_type(reserved: dict[str, Any]) -> None:
@@ -280,13 +316,13 @@ def test_prod_and_dev_groups(resources: dict[str, Any]) -> None:
 
 def test_more_efa_interfaces_than_the_type_allows() -> None:
     with pytest.raises(ConfigError) as err:
-        GpuNodeGroupConfig(name="g6", instance_type="g6.12xlarge", scaling=ONE, efa_interfaces=2)
+        GpuNodeGroupConfig(name="g6", instance_type="g6.12xlarge", scaling=IDLE, efa_interfaces=2)
     assert "gpu_node_groups[g6].efa_interfaces=2" in str(err.value)
     assert "1 to 1" in str(err.value)
 
 
 def test_fewer_efa_interfaces_shrink_the_layout() -> None:
-    config = GpuNodeGroupConfig(name="p5", instance_type="p5.48xlarge", scaling=ONE, efa_interfaces=4)
+    config = GpuNodeGroupConfig(name="p5", instance_type="p5.48xlarge", scaling=IDLE, efa_interfaces=4)
     assert config.efa_interface_count == 4
 
 
@@ -307,7 +343,7 @@ def test_reservation_id_on_plain_on_demand_is_refused() -> None:
 
 def test_root_volume_too_small() -> None:
     with pytest.raises(ConfigError, match=r"gpu_node_groups\[p5\].root_volume_gib=100"):
-        GpuNodeGroupConfig(name="p5", instance_type="p5.48xlarge", scaling=ONE, root_volume_gib=100)
+        GpuNodeGroupConfig(name="p5", instance_type="p5.48xlarge", scaling=IDLE, root_volume_gib=100)
 
 
 def test_group_spanning_several_subnets_is_refused() -> None:

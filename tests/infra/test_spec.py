@@ -8,6 +8,8 @@ import pytest
 
 from infra.spec import (
     ENVIRONMENTS,
+    Capacity,
+    CapacityKind,
     ClusterConfig,
     ConfigError,
     EndpointAccess,
@@ -230,9 +232,14 @@ def test_log_retention_table_matches_cdk_enum() -> None:
 
 
 def test_declared_environments_have_the_issue_shapes() -> None:
-    assert {g.instance_type: g.scaling.desired_size for g in DEV.gpu_node_groups} == {"g6.12xlarge": 2}
+    # On-Demand GPU groups launch nothing at deploy; a job uses workload_nodes once scaled up.
+    assert {g.instance_type: (g.scaling.desired_size, g.workload_nodes) for g in DEV.gpu_node_groups} == {
+        "g6.12xlarge": (0, 2)
+    }
     p5 = next(g for g in PROD.gpu_node_groups if g.instance_type == "p5.48xlarge")
-    assert (p5.scaling.min_size, p5.scaling.desired_size, p5.scaling.max_size) == (0, 2, 8)
+    assert (p5.scaling.min_size, p5.scaling.desired_size, p5.scaling.max_size) == (0, 0, 8)
+    assert all(g.scaling.desired_size == 0 and g.workload_nodes == 2 for g in PROD.gpu_node_groups)
+    assert not any(g.launch_at_deploy for env in (DEV, PROD) for g in env.gpu_node_groups)
     assert any(g.instance_type == "g6.12xlarge" for g in PROD.gpu_node_groups)
     assert DEV.network.nat_gateways == 1
     assert PROD.network.nat_gateways == len(PROD.network.availability_zones)
@@ -244,3 +251,72 @@ def test_extra_efa_interfaces_count_in_the_budget() -> None:
     assert extra_efa_addresses(INSTANCE_TYPES["p5.48xlarge"], 32) == 0  # efa-only: no addresses
     assert extra_efa_addresses(INSTANCE_TYPES["g6.12xlarge"], 1) == 0  # the primary is the EFA
     assert extra_efa_addresses(INSTANCE_TYPES["p4d.24xlarge"], 4) == 3  # cards 1-3
+
+
+# Capacity policy (issue 13): GPU capacity that cannot roll back the cluster.
+
+RESERVATION = "cr-0123456789abcdef0"
+
+
+def gpu(desired: int, *, kind: CapacityKind = CapacityKind.ON_DEMAND, **fields: object) -> GpuNodeGroupConfig:
+    capacity = Capacity(kind=kind, reservation_id=None if kind is CapacityKind.ON_DEMAND else RESERVATION)
+    return GpuNodeGroupConfig(
+        name="p5",
+        instance_type="p5.48xlarge",
+        scaling=Scaling(min_size=0, desired_size=desired, max_size=4),
+        capacity=capacity,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_on_demand_group_launching_at_deploy_needs_the_opt_in() -> None:
+    with pytest.raises(ConfigError) as err:
+        gpu(2)
+    message = str(err.value)
+    assert "gpu_node_groups[p5].scaling.desired_size=2" in message
+    assert "scale up after deploy with `trainctl scale` or set launch_at_deploy=True" in message
+    assert "rolls back that GPU stack" in message
+
+
+def test_on_demand_opt_in_and_idle_groups_are_accepted() -> None:
+    assert gpu(2, launch_at_deploy=True).scaling.desired_size == 2
+    assert gpu(0).scaling.desired_size == 0
+
+
+def test_reservation_group_may_launch_at_deploy() -> None:
+    assert gpu(2, kind=CapacityKind.RESERVATION).scaling.desired_size == 2
+
+
+@pytest.mark.parametrize("fields", [{}, {"launch_at_deploy": True}])
+def test_capacity_block_group_desired_is_zero(fields: dict[str, object]) -> None:
+    with pytest.raises(ConfigError) as err:
+        gpu(1, kind=CapacityKind.CAPACITY_BLOCK, **fields)
+    message = str(err.value)
+    assert "gpu_node_groups[p5]." in message
+    assert "Capacity Block" in message
+    assert "`trainctl scale` once the block is active" in message
+
+
+def test_capacity_block_group_at_zero_is_accepted() -> None:
+    assert gpu(0, kind=CapacityKind.CAPACITY_BLOCK).capacity.kind is CapacityKind.CAPACITY_BLOCK
+
+
+@pytest.mark.parametrize("nodes", [0, 5])
+def test_workload_nodes_within_the_group(nodes: int) -> None:
+    with pytest.raises(ConfigError) as err:
+        gpu(0, workload_nodes=nodes)
+    assert f"gpu_node_groups[p5].workload_nodes={nodes}" in str(err.value)
+    assert "1 to scaling.max_size (4)" in str(err.value)
+
+
+def test_placement_group_name_refused_for_plain_on_demand() -> None:
+    with pytest.raises(ConfigError) as err:
+        Capacity(placement_group_name="my-pg")
+    assert "capacity.placement_group_name='my-pg'" in str(err.value)
+    assert "gets a cluster placement group of its own" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["", "has space", "x" * 256])
+def test_malformed_placement_group_name(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"capacity.placement_group_name="):
+        Capacity(kind=CapacityKind.RESERVATION, reservation_id=RESERVATION, placement_group_name=name)

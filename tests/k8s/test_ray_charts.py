@@ -96,11 +96,13 @@ def test_one_worker_group_per_gpu_node_group_sized_from_the_facts() -> None:
         assert container["resources"]["limits"] == expected[group["groupName"]]
         assert container["resources"]["requests"] == container["resources"]["limits"]
         assert group["rayStartParams"] == {"num-gpus": expected[group["groupName"]]["nvidia.com/gpu"]}
+        # Replicas are the job's nodes (workload_nodes), not the node group's desired size (0 at deploy).
         assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (
             config.scaling.min_size,
-            config.scaling.desired_size,
+            config.workload_nodes,
             config.scaling.max_size,
         )
+        assert group["replicas"] == 2
         assert "command" not in container  # KubeRay injects `ray start`
 
 
@@ -238,7 +240,7 @@ def test_worker_group_cannot_ask_more_efa_than_the_instance_has() -> None:
         GpuNodeGroupConfig(
             name="p5",
             instance_type="p5.48xlarge",
-            scaling=Scaling(min_size=0, desired_size=1, max_size=1),
+            scaling=Scaling(min_size=0, desired_size=0, max_size=1),
             efa_interfaces=33,
         )
 

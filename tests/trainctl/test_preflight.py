@@ -1,7 +1,9 @@
 """`trainctl preflight` against AWS endpoints on 127.0.0.1: moto in server mode for EC2, stubs for the rest.
 
 boto3 talks HTTP to every endpoint here, through Aws(endpoint_urls=...) or the CLI's --endpoint-url.
-What moto 5.2.5 serves and what the stubs serve (and why) is in tests/trainctl/fake_aws.py.
+What moto 5.2.5 serves and what the stubs serve (and why) is in tests/trainctl/fake_aws.py. The
+pinned Helm charts are fetched from a chart repository on loopback (tests/trainctl/fake_chart_repo.py)
+that lists every pin, unless a test serves another index.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import pytest
 
 from infra.spec import Capacity, CapacityKind, Environment, GpuNodeGroupConfig, Scaling, get_environment
 from infra.spec.addressing import gpu_zone_demand
-from infra.spec.versions import KUBERNETES_VERSION, MANAGED_ADDONS
+from infra.spec.versions import HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS
 from tests.trainctl.fake_aws import Ec2Front, FakeEks, FakeServiceQuotas, MotoServer, cluster_version
+from tests.trainctl.fake_chart_repo import FakeChartRepo, index_yaml
 from trainctl.aws import Aws, ErrorKind
 from trainctl.cli import main
 from trainctl.exit_codes import ExitCode
@@ -48,7 +51,32 @@ END = datetime(2026, 12, 28, 11, 30, tzinfo=UTC)
 # --- fixtures ----------------------------------------------------------------------------------
 
 
-pytestmark = pytest.mark.usefixtures("fake_aws_credentials")
+pytestmark = pytest.mark.usefixtures("fake_aws_credentials", "admin_role")
+
+ADMIN = "PlatformAdmin"  # dev's and prod's cluster.admin_principals
+CHARTS: dict[str, str] = {}
+"""ALL_CHARTS -> the URL of the loopback repository listing every pinned chart (set by `pinned_charts`)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pinned_charts() -> Iterator[FakeChartRepo]:
+    listed: dict[str, list[str]] = {}
+    for pin in HELM_CHARTS.values():
+        listed.setdefault(pin.chart, []).append(pin.version)
+    with started(FakeChartRepo({"/index.yaml": (200, index_yaml(listed))})) as repo:
+        CHARTS["*"] = repo.url
+        yield repo
+    CHARTS.clear()
+
+
+@pytest.fixture
+def admin_role(moto: MotoServer) -> None:
+    """The environments' admin role exists in moto's IAM (fresh_moto's reset removes it again)."""
+    iam = boto3.client("iam", region_name="us-east-1", endpoint_url=moto.url)
+    try:
+        iam.get_role(RoleName=ADMIN)
+    except iam.exceptions.NoSuchEntityException:
+        iam.create_role(RoleName=ADMIN, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}))
 
 
 @pytest.fixture
@@ -113,6 +141,8 @@ def endpoint_args(ec2: str, eks: FakeEks, quotas: FakeServiceQuotas) -> list[str
         f"--endpoint-url=ec2={ec2}",
         f"--endpoint-url=eks={eks.url}",
         f"--endpoint-url=service-quotas={quotas.url}",
+        f"--endpoint-url={ec2}",
+        f"--chart-repository={CHARTS['*']}",
     ]
 
 
@@ -121,7 +151,17 @@ def endpoint_args(ec2: str, eks: FakeEks, quotas: FakeServiceQuotas) -> list[str
 SESSION = boto3.session.Session()
 
 
-def aws(region: str, ec2: str, eks: FakeEks | str, quotas: FakeServiceQuotas | str, **kwargs: Any) -> Aws:
+def aws(
+    region: str,
+    ec2: str,
+    eks: FakeEks | str,
+    quotas: FakeServiceQuotas | str,
+    *,
+    others: str | None = None,
+    **kwargs: Any,
+) -> Aws:
+    """`others`: IAM, STS, Logs, FSx, KMS, CloudFormation (default: the EC2 URL, moto or Ec2Front in front
+    of it, which forwards them to moto)."""
     return Aws(
         session=SESSION,
         region=region,
@@ -129,9 +169,15 @@ def aws(region: str, ec2: str, eks: FakeEks | str, quotas: FakeServiceQuotas | s
             "ec2": ec2,
             "eks": eks if isinstance(eks, str) else eks.url,
             "service-quotas": quotas if isinstance(quotas, str) else quotas.url,
+            "*": others or ec2,
         },
         **kwargs,
     )
+
+
+def checks(env: Environment, aws: Aws, **kwargs: Any) -> list[CheckResult]:
+    """run_checks with the pinned charts served from loopback."""
+    return run_checks(env, aws, chart_repositories=kwargs.pop("chart_repositories", CHARTS), **kwargs)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -163,6 +209,7 @@ def gpu_group(
         name=name,
         instance_type=instance_type,
         scaling=Scaling(min_size=0, desired_size=0, max_size=max_size),
+        workload_nodes=min(2, max_size),
         efa_interfaces=efa_interfaces,
         capacity=capacity,
     )
@@ -255,16 +302,21 @@ def test_prod_passes_with_a_table_and_every_service_was_asked(
     lines = out.splitlines()
     assert lines[0].split() == ["CHECK", "SUBJECT", "STATUS", "REASON"]
     table = [line.split() for line in lines[1 : lines.index("")]]
-    assert {row[0] for row in table} == {c.value for c in Check}
+    # Every check but placement (prod's groups are plain On-Demand: no reservation to match).
+    assert {row[0] for row in table} == {c.value for c in Check} - {"placement"}
     assert all("PASS" in row for row in table), out
     assert "offering    p5 (p5.48xlarge)" in out
     assert "in standard support until 2026-12-28" in out
     assert "no VPC tagged platform:environment=prod in us-east-2: not deployed yet" in out
-    assert lines[-1] == "preflight passed for environment prod in us-east-2: 16 PASS, 0 WARN, 0 FAIL"
+    assert "admin       PlatformAdmin" in out
+    assert "leftover    log group /aws/eks/ml-prod/cluster" in out
+    # 16 before issue 13; + admin 1, charts 3, leftovers 3 (EKS cluster, log group, FSx).
+    assert lines[-1] == "preflight passed for environment prod in us-east-2: 23 PASS, 0 WARN, 0 FAIL"
     # The requests really reached the stubs, with the documented quota codes.
     assert quotas.calls == [f"GetServiceQuota {P_QUOTA}", f"GetServiceQuota {G_QUOTA}"]
     assert eks.calls[0] == f"/cluster-versions clusterVersions={KUBERNETES_VERSION}&includeAll=true"
-    assert len(eks.calls) == 1 + 6  # every managed add-on of prod (FSx and node monitoring included)
+    assert len(eks.calls) == 1 + 6 + 1  # every managed add-on of prod (FSx and node monitoring included)
+    assert eks.calls[-1] == "/clusters/ml-prod "  # DescribeCluster: no leftover cluster of that name
 
 
 def test_json_document_shape_for_dev(
@@ -292,8 +344,9 @@ def test_json_document_shape_for_dev(
         "us-west-2",
     )
     assert document["exit_code"] == 0
-    # offering, instance, quota, capacity, kubernetes, 5 add-ons (4 core + node monitoring), subnet
-    assert document["counts"] == {"PASS": 11, "WARN": 0, "FAIL": 0, "could_not_run": 0}
+    # offering, instance, quota, capacity, kubernetes, 5 add-ons (4 core + node monitoring), subnet,
+    # admin, 3 charts, 3 leftovers
+    assert document["counts"] == {"PASS": 18, "WARN": 0, "FAIL": 0, "could_not_run": 0}
     assert (document["warnings"], document["errors"]) == ([], [])
     for check in document["checks"]:
         assert set(check) == {"check", "subject", "status", "reason", "fix", "api", "ran", "error_kind"}
@@ -358,7 +411,7 @@ def test_offering_present_passes_and_missing_in_the_zone_fails(
 ) -> None:
     # moto's offering data (AWS's, copied): p5e.48xlarge is offered in us-west-2c, not in us-west-2a.
     env = with_groups(DEV, gpu_group("g6", "g6.12xlarge", max_size=2), gpu_group("p5e", "p5e.48xlarge", max_size=1))
-    results = run_checks(env, aws("us-west-2", moto.url, eks, quotas))
+    results = checks(env, aws("us-west-2", moto.url, eks, quotas))
     offering = rows(results, Check.OFFERING)
     assert offering["g6 (g6.12xlarge)"].status is Status.PASS
     missing = offering["p5e (p5e.48xlarge)"]
@@ -381,7 +434,7 @@ def test_efa_interfaces_and_cards_below_what_the_group_attaches_fail(
     info["NetworkInfo"]["EfaInfo"]["MaximumEfaInterfaces"] = 16
     info["NetworkInfo"]["MaximumNetworkCards"] = 16
     with started(Ec2Front(moto.url, instance_types={"p5.48xlarge": info})) as front:
-        results = run_checks(with_groups(PROD, gpu_group()), aws("us-east-2", front.url, eks, quotas))
+        results = checks(with_groups(PROD, gpu_group()), aws("us-east-2", front.url, eks, quotas))
         assert front.calls == ["DescribeInstanceTypes"]
     row = only(results, Check.INSTANCE)
     assert row.status is Status.FAIL
@@ -401,13 +454,13 @@ def test_efa_facts_that_differ_but_fit_warn_and_fewer_interfaces_pass(
     info["NetworkInfo"]["MaximumNetworkCards"] = 16
     env = with_groups(PROD, gpu_group(efa_interfaces=16), gpu_group("small", efa_interfaces=4, max_size=1))
     with started(Ec2Front(moto.url, instance_types={"p5.48xlarge": info})) as front:
-        results = run_checks(env, aws("us-east-2", front.url, eks, quotas))
+        results = checks(env, aws("us-east-2", front.url, eks, quotas))
     instance = rows(results, Check.INSTANCE)
     for row in instance.values():
         assert row.status is Status.WARN
         assert "MaximumEfaInterfaces 16 (facts: 32), MaximumNetworkCards 16 (facts: 32)" in row.reason
     # Unchanged data from moto (AWS's) matches infra/spec/instances.py.
-    results = run_checks(env, aws("us-east-2", moto.url, eks, quotas))
+    results = checks(env, aws("us-east-2", moto.url, eks, quotas))
     passing = rows(results, Check.INSTANCE)["small (p5.48xlarge)"]
     assert passing.status is Status.PASS
     assert passing.reason.startswith("EFA: attaches 4 of 32 interface(s) on 4 of 32 network card(s)")
@@ -418,7 +471,7 @@ def test_no_efa_and_a_different_gpu_count_fail(moto: MotoServer, quotas: FakeSer
     info["NetworkInfo"]["EfaSupported"] = False
     info["GpuInfo"]["Gpus"][0]["Count"] = 8
     with started(Ec2Front(moto.url, instance_types={"g6.12xlarge": info})) as front:
-        results = run_checks(
+        results = checks(
             with_groups(PROD, gpu_group("g6", "g6.12xlarge")), aws("us-east-2", front.url, eks, quotas)
         )
     row = only(results, Check.INSTANCE)
@@ -453,7 +506,7 @@ def test_quota_short_of_max_fails_and_short_of_the_surge_node_warns(
 
 def test_quota_never_changed_falls_back_to_the_aws_default(moto: MotoServer, eks: FakeEks) -> None:
     with started(FakeServiceQuotas({}, defaults={G_QUOTA: 64})) as quotas:
-        results = run_checks(DEV, aws("us-west-2", moto.url, eks, quotas))
+        results = checks(DEV, aws("us-west-2", moto.url, eks, quotas))
         assert quotas.calls == [f"GetServiceQuota {G_QUOTA}", f"GetAWSDefaultServiceQuota {G_QUOTA}"]
     row = only(results, Check.QUOTA)
     assert (row.status, row.reason) == (Status.FAIL, "64 vCPUs < 96 needed at max size (g6: 2 x 48)")
@@ -465,7 +518,7 @@ def test_quota_is_skipped_for_a_group_on_a_capacity_block(moto: MotoServer, eks:
         started(FakeServiceQuotas({G_QUOTA: 240})) as quotas,
         started(Ec2Front(moto.url, reservations={RESERVATION: reservation()})) as front,
     ):
-        results = run_checks(env, aws("us-east-2", front.url, eks, quotas))
+        results = checks(env, aws("us-east-2", front.url, eks, quotas))
         assert quotas.calls == [f"GetServiceQuota {G_QUOTA}"]  # P is not asked: its only group is reserved
     quota = rows(results, Check.QUOTA)
     skipped = quota["p5 (p5.48xlarge)"]
@@ -500,7 +553,7 @@ def test_capacity_block_state(
     )
     env = with_groups(PROD, gpu_group(kind=CapacityKind.CAPACITY_BLOCK))
     with started(Ec2Front(moto.url, reservations={RESERVATION: found})) as front:
-        results = run_checks(env, aws("us-east-2", front.url, eks, quotas))
+        results = checks(env, aws("us-east-2", front.url, eks, quotas))
         assert front.calls.count("DescribeCapacityReservations") == 1
     row = only(results, Check.CAPACITY)
     assert row.status is status
@@ -511,7 +564,7 @@ def test_capacity_block_state(
 def test_missing_reservation_fails(moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks) -> None:
     env = with_groups(PROD, gpu_group(kind=CapacityKind.RESERVATION))
     with started(Ec2Front(moto.url)) as front:
-        results = run_checks(env, aws("us-east-2", front.url, eks, quotas))
+        results = checks(env, aws("us-east-2", front.url, eks, quotas))
         assert front.calls == ["DescribeCapacityReservations"]
     row = only(results, Check.CAPACITY)
     assert row.status is Status.FAIL
@@ -561,7 +614,7 @@ def test_reservation_that_does_not_match_the_group_fails(
 ) -> None:
     env = with_groups(PROD, gpu_group(kind=kind))
     with started(Ec2Front(moto.url, reservations={RESERVATION: found})) as front:
-        results = run_checks(env, aws("us-east-2", front.url, eks, quotas))
+        results = checks(env, aws("us-east-2", front.url, eks, quotas))
     row = only(results, Check.CAPACITY)
     assert row.status is Status.FAIL
     assert problem in row.reason
@@ -578,7 +631,7 @@ def test_two_groups_on_one_reservation_need_their_sum_and_a_busy_one_warns(
     )
     found = reservation(kind="default", total=8, available=6)
     with started(Ec2Front(moto.url, reservations={RESERVATION: found})) as front:
-        results = run_checks(env, aws("us-east-2", front.url, eks, quotas))
+        results = checks(env, aws("us-east-2", front.url, eks, quotas))
         assert front.calls == ["DescribeCapacityReservations"]  # asked once for both groups
     for row in rows(results, Check.CAPACITY).values():
         assert row.status is Status.WARN
@@ -605,7 +658,7 @@ def test_kubernetes_version_not_in_standard_support(
     versions: list[dict[str, Any]], status: Status, reason: str, moto: MotoServer, quotas: FakeServiceQuotas
 ) -> None:
     with started(eks_offering(versions)) as eks:
-        results = run_checks(PROD, aws("us-east-2", moto.url, eks, quotas))
+        results = checks(PROD, aws("us-east-2", moto.url, eks, quotas))
     row = only(results, Check.KUBERNETES)
     assert (row.status, row.reason) == (status, reason)
     assert row.fix is not None
@@ -615,7 +668,7 @@ def test_kubernetes_version_not_in_standard_support(
 def test_addon_version_not_offered_fails(moto: MotoServer, quotas: FakeServiceQuotas) -> None:
     offered = {"vpc-cni": ["v1.23.0-eksbuild.1", "v1.22.9-eksbuild.2"], "coredns": []}
     with started(eks_offering(addons=offered)) as eks:
-        results = run_checks(PROD, aws("us-east-2", moto.url, eks, quotas))
+        results = checks(PROD, aws("us-east-2", moto.url, eks, quotas))
     addons = rows(results, Check.ADDON)
     cni = addons[f"vpc-cni {MANAGED_ADDONS['vpc-cni']}"]
     assert cni.status is Status.FAIL
@@ -638,7 +691,7 @@ def test_deployed_vpc_with_room_passes_and_a_small_gpu_subnet_fails(
 ) -> None:
     # us-east-2a (the GPU zone) gets a /22: 1019 free, far below prod's worst case.
     create_vpc(fresh_moto, PROD, {"us-east-2a": 22})
-    results = run_checks(PROD, aws("us-east-2", fresh_moto.url, eks, quotas))
+    results = checks(PROD, aws("us-east-2", fresh_moto.url, eks, quotas))
     subnets = rows(results, Check.SUBNET)
     assert len(subnets) == 3
     gpu = next(r for s, r in subnets.items() if s.startswith("private us-east-2a"))
@@ -669,7 +722,7 @@ def test_vpc_tagged_for_the_environment_with_another_cidr_warns(
     fresh_moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks
 ) -> None:
     vpc_id = create_vpc(fresh_moto, PROD, {}, cidr="10.99.0.0/16")
-    results = run_checks(PROD, aws("us-east-2", fresh_moto.url, eks, quotas))
+    results = checks(PROD, aws("us-east-2", fresh_moto.url, eks, quotas))
     row = only(results, Check.SUBNET)
     assert row.status is Status.WARN
     assert f"{vpc_id} (10.99.0.0/16)" in row.reason
@@ -695,34 +748,37 @@ def test_no_credentials_is_exit_2_with_every_check_not_run(
 ) -> None:
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    code, out, err = run_cli(capsys, "--env", "prod", "--json")
+    charts = f"--chart-repository={CHARTS['*']}"  # the chart check needs no AWS credentials
+    code, out, err = run_cli(capsys, "--env", "prod", "--json", charts)
     document = json.loads(out)
     assert code == document["exit_code"] == ExitCode.ERROR
     assert err == ""
     not_run = [c for c in document["checks"] if not c["ran"]]
-    assert document["counts"]["could_not_run"] == len(not_run) == 14
+    assert document["counts"]["could_not_run"] == len(not_run) == 18
     assert {(c["status"], c["error_kind"]) for c in not_run} == {("FAIL", "no-credentials")}
-    # Only the capacity rows of on-demand groups need no call.
-    assert [(c["check"], c["status"]) for c in document["checks"] if c["ran"]] == [("capacity", "PASS")] * 2
+    # Only the capacity rows of on-demand groups and the chart rows need no AWS call.
+    assert [(c["check"], c["status"]) for c in document["checks"] if c["ran"]] == [("capacity", "PASS")] * 2 + [
+        ("chart", "PASS")
+    ] * 3
     assert document["checks"][0]["reason"].startswith(
         "could not run: ec2:DescribeInstanceTypeOfferings: no AWS credentials found"
     )
-    assert document["summary"].startswith("preflight incomplete for environment prod in us-east-2: 14 of 16 check(s)")
+    assert document["summary"].startswith("preflight incomplete for environment prod in us-east-2: 18 of 23 check(s)")
     # Each row names its own call; the table lists the one shared fix once.
     assert {c["check"]: c["reason"].split(": ")[1] for c in not_run}["add-on"] == "eks:DescribeAddonVersions"
-    code, out, _ = run_cli(capsys, "--env", "prod")
+    code, out, _ = run_cli(capsys, "--env", "prod", charts)
     assert code == ExitCode.ERROR
     fixes = out.split("\nfixes:\n")[1].split("\n\n")[0].splitlines()
     assert fixes == [
-        "  14 rows (offering, instance, quota, kubernetes, add-on, subnet): configure credentials "
+        "  18 rows (offering, instance, quota, kubernetes, add-on, subnet, admin, leftover): configure credentials "
         "(aws configure, aws sso login, AWS_PROFILE or --profile) and run again"
     ]
 
 
 def test_unreachable_ec2_is_not_run_and_not_retried_for_every_call(
-    dead_url: str, quotas: FakeServiceQuotas, eks: FakeEks
+    dead_url: str, moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks
 ) -> None:
-    results = run_checks(PROD, aws("us-east-2", dead_url, eks, quotas, max_attempts=1))
+    results = checks(PROD, aws("us-east-2", dead_url, eks, quotas, others=moto.url, max_attempts=1))
     ec2_rows = [r for r in results if r.check in (Check.OFFERING, Check.INSTANCE, Check.SUBNET)]
     assert len(ec2_rows) == 5
     assert all(r.error_kind == ErrorKind.UNREACHABLE for r in ec2_rows)
@@ -773,13 +829,16 @@ def test_progress_names_each_step_and_the_terminal_line_is_cleared(
     steps: list[str] = []
     report = preflight(
         "dev",
-        endpoint_urls={"ec2": moto.url, "eks": eks.url, "service-quotas": quotas.url},
+        endpoint_urls={"ec2": moto.url, "eks": eks.url, "service-quotas": quotas.url, "*": moto.url},
+        chart_repositories=CHARTS,
         progress=steps.append,
     )
     assert report.exit_code is ExitCode.OK
     assert steps[0] == "instance type offerings in us-west-2a"
     assert f"quota {G_QUOTA} (Running On-Demand G and VT instances)" in steps
-    assert steps[-1] == "private subnets of the deployed VPC"
+    assert "private subnets of the deployed VPC" in steps
+    assert f"chart repository {CHARTS['*']}" in steps  # one fetch for the three charts it lists
+    assert steps[-1] == "leftovers of earlier deployments of ml-dev"
     stream = io.StringIO()
     line = StderrProgress(stream)
     line.clear()
