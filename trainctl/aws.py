@@ -6,7 +6,7 @@ AwsError whose `kind` says what went wrong: no credentials, an endpoint that can
 reached, access denied, a resource that does not exist, an API the installed botocore does
 not know, or any other service error. Nothing here raises a botocore exception.
 
-`endpoint_urls` sends a service ("ec2", "eks", "service-quotas", or "*" for all three) to
+`endpoint_urls` sends a service (one of SERVICES, or "*" for all of them) to
 another endpoint, e.g. an emulator on 127.0.0.1; unset, boto3 picks the region's endpoint.
 An endpoint that could not be reached once is not tried again: later calls to it fail at once.
 """
@@ -21,7 +21,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-SERVICES = ("ec2", "eks", "service-quotas")
+SERVICES = ("ec2", "eks", "service-quotas", "iam", "sts", "logs", "fsx", "kms", "cloudformation")
 ALL_SERVICES = "*"
 
 # Service Quotas codes of the On-Demand vCPU quotas (service code "ec2").
@@ -59,7 +59,9 @@ _INVALID_CREDENTIALS = frozenset(
         "InvalidSignatureException",
     }
 )
-_NOT_FOUND = frozenset({"NoSuchResourceException", "ResourceNotFoundException", "InvalidInstanceType"})
+_NOT_FOUND = frozenset(
+    {"NoSuchResourceException", "ResourceNotFoundException", "InvalidInstanceType", "NoSuchEntity", "NotFoundException"}
+)
 
 
 class AwsError(Exception):
@@ -331,3 +333,210 @@ class Aws:
                     if not clusters or kubernetes_version in clusters:
                         versions.append(str(info["addonVersion"]))
         return versions
+
+    # --- IAM and STS: the cluster's admin principals -------------------------------------------
+
+    def caller_account(self) -> str:
+        """The account the credentials belong to (where a role name in admin_principals resolves)."""
+        pages = self._invoke("sts", "get_caller_identity", "sts:GetCallerIdentity")
+        return str(pages[0]["Account"])
+
+    def iam_role(self, name: str) -> dict[str, Any] | None:
+        """The caller's account's role `name` (no path); None if there is none."""
+        return self._one_or_none("iam", "get_role", "iam:GetRole", "Role", RoleName=name)
+
+    def iam_user(self, name: str) -> dict[str, Any] | None:
+        return self._one_or_none("iam", "get_user", "iam:GetUser", "User", UserName=name)
+
+    def _one_or_none(self, service: str, operation: str, api: str, key: str, **params: Any) -> dict[str, Any] | None:
+        try:
+            pages = self._invoke(service, operation, api, **params)
+        except AwsError as exc:
+            if exc.kind is ErrorKind.NOT_FOUND:
+                return None
+            raise
+        return dict(pages[0][key])
+
+    # --- what a previous deployment may have left behind -----------------------------------------
+
+    def log_group(self, name: str) -> dict[str, Any] | None:
+        """The CloudWatch Logs group of exactly this name; None if there is none."""
+        pages = self._invoke("logs", "describe_log_groups", "logs:DescribeLogGroups", logGroupNamePrefix=name)
+        found = [g for page in pages for g in page.get("logGroups", []) if g.get("logGroupName") == name]
+        return dict(found[0]) if found else None
+
+    def file_systems_tagged(self, key: str, value: str) -> list[dict[str, Any]]:
+        """FSx file systems carrying tag key=value (DescribeFileSystems has no tag filter: all, then filtered)."""
+        pages = self._invoke("fsx", "describe_file_systems", "fsx:DescribeFileSystems")
+        return [
+            dict(fs)
+            for page in pages
+            for fs in page.get("FileSystems", [])
+            if any(t.get("Key") == key and t.get("Value") == value for t in fs.get("Tags", []))
+        ]
+
+    def kms_alias(self, alias: str) -> dict[str, Any] | None:
+        """The KMS key an alias (alias/...) points to; None if no such alias exists."""
+        return self._one_or_none("kms", "describe_key", "kms:DescribeKey", "KeyMetadata", KeyId=alias)
+
+    def eks_cluster(self, name: str) -> dict[str, Any] | None:
+        return self._one_or_none("eks", "describe_cluster", "eks:DescribeCluster", "cluster", name=name)
+
+    def stack_resources(self, stack_name: str) -> list[dict[str, Any]] | None:
+        """Every resource of a CloudFormation stack (all pages); None if no stack of that name exists.
+
+        A deleted stack is not found by name; a stack rolled back after its first create still is, in
+        ROLLBACK_COMPLETE, with its resources DELETE_COMPLETE (or DELETE_SKIPPED where retained)."""
+        try:
+            pages = self._invoke(
+                "cloudformation", "list_stack_resources", "cloudformation:ListStackResources", StackName=stack_name
+            )
+        except AwsError as exc:
+            # CloudFormation answers a missing stack with ValidationError "Stack with id X does not exist".
+            if exc.code == "ValidationError" and "does not exist" in str(exc):
+                return None
+            raise
+        return [dict(r) for page in pages for r in page.get("StackResourceSummaries", [])]
+
+
+# --- capacity and scaling (trainctl capacity, trainctl scale) ----------------------------------
+# Module functions over an Aws (its clients, paging and error classification). Unlike the
+# methods above, create_capacity_reservation, cancel_capacity_reservation and
+# update_nodegroup_scaling change things (and the first one costs money).
+
+PROBE_TAG = "trainctl:capacity-probe"
+"""Tag key on the reservations `trainctl capacity --probe` creates (value: the environment)."""
+
+
+def availability_zones(aws: Aws) -> list[dict[str, Any]]:
+    """The region's availability zones (not Local or Wavelength Zones), with ZoneName and ZoneId."""
+    pages = aws._invoke(
+        "ec2",
+        "describe_availability_zones",
+        "ec2:DescribeAvailabilityZones",
+        Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}],
+    )
+    return [dict(z) for page in pages for z in page.get("AvailabilityZones", [])]
+
+
+def running_vcpus(aws: Aws, type_prefixes: Sequence[str]) -> int:
+    """vCPUs of the pending and running instances whose type starts with one of `type_prefixes`
+    (what counts against an On-Demand vCPU quota; Spot instances have their own quotas)."""
+    pages = aws._invoke(
+        "ec2",
+        "describe_instances",
+        "ec2:DescribeInstances",
+        Filters=[
+            {"Name": "instance-type", "Values": [f"{prefix}*" for prefix in type_prefixes]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ],
+    )
+    total = 0
+    for page in pages:
+        for reservation in page.get("Reservations", []):
+            for instance in reservation.get("Instances", []):
+                if instance.get("InstanceLifecycle") == "spot":
+                    continue
+                cpu = instance.get("CpuOptions", {})
+                total += int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
+    return total
+
+
+def spot_placement_scores(aws: Aws, instance_type: str, count: int, regions: Sequence[str]) -> list[dict[str, Any]]:
+    """Per-AZ scores (1-10) for `count` Spot instances of one type; entries carry AvailabilityZoneId, not the
+    zone's name. A recommendation only: "No score guarantees that your Spot request will be fully or
+    partially fulfilled" (EC2 API reference, GetSpotPlacementScores)."""
+    pages = aws._invoke(
+        "ec2",
+        "get_spot_placement_scores",
+        "ec2:GetSpotPlacementScores",
+        InstanceTypes=[instance_type],
+        TargetCapacity=count,
+        TargetCapacityUnitType="units",
+        SingleAvailabilityZone=True,
+        RegionNames=list(regions),
+    )
+    return [dict(s) for page in pages for s in page.get("SpotPlacementScores", [])]
+
+
+def create_capacity_reservation(
+    aws: Aws,
+    *,
+    instance_type: str,
+    availability_zone: str,
+    count: int,
+    end_date: Any,
+    client_token: str,
+    tags: Mapping[str, str],
+) -> dict[str, Any]:
+    """An On-Demand Capacity Reservation, billed from the moment it is active until cancelled.
+
+    EndDateType limited: EC2 cancels it within an hour after `end_date` even if nobody does
+    (CreateCapacityReservation, EndDate). InstanceMatchCriteria targeted: no instance of the
+    account lands in it by accident. `client_token` makes a retried request idempotent, so a
+    timed-out first attempt cannot leave a second reservation behind."""
+    pages = aws._invoke(
+        "ec2",
+        "create_capacity_reservation",
+        "ec2:CreateCapacityReservation",
+        InstanceType=instance_type,
+        InstancePlatform="Linux/UNIX",
+        AvailabilityZone=availability_zone,
+        InstanceCount=count,
+        InstanceMatchCriteria="targeted",
+        EndDateType="limited",
+        EndDate=end_date,
+        ClientToken=client_token,
+        TagSpecifications=[
+            {
+                "ResourceType": "capacity-reservation",
+                "Tags": [{"Key": key, "Value": value} for key, value in tags.items()],
+            }
+        ],
+    )
+    return dict(pages[0]["CapacityReservation"])
+
+
+def cancel_capacity_reservation(aws: Aws, reservation_id: str) -> bool:
+    pages = aws._invoke(
+        "ec2",
+        "cancel_capacity_reservation",
+        "ec2:CancelCapacityReservation",
+        CapacityReservationId=reservation_id,
+    )
+    return bool(pages[0].get("Return"))
+
+
+def describe_nodegroup(aws: Aws, cluster: str, nodegroup: str) -> dict[str, Any]:
+    pages = aws._invoke(
+        "eks", "describe_nodegroup", "eks:DescribeNodegroup", clusterName=cluster, nodegroupName=nodegroup
+    )
+    return dict(pages[0]["nodegroup"])
+
+
+def update_nodegroup_scaling(
+    aws: Aws, cluster: str, nodegroup: str, *, min_size: int, max_size: int, desired_size: int
+) -> dict[str, Any]:
+    """eks:UpdateNodegroupConfig with a new scalingConfig; the update (id, status) to follow with describe_update."""
+    pages = aws._invoke(
+        "eks",
+        "update_nodegroup_config",
+        "eks:UpdateNodegroupConfig",
+        clusterName=cluster,
+        nodegroupName=nodegroup,
+        scalingConfig={"minSize": min_size, "maxSize": max_size, "desiredSize": desired_size},
+    )
+    return dict(pages[0]["update"])
+
+
+def describe_update(aws: Aws, cluster: str, nodegroup: str, update_id: str) -> dict[str, Any]:
+    """One node group update: status InProgress, Successful, Failed or Cancelled, and its errors."""
+    pages = aws._invoke(
+        "eks",
+        "describe_update",
+        "eks:DescribeUpdate",
+        name=cluster,
+        nodegroupName=nodegroup,
+        updateId=update_id,
+    )
+    return dict(pages[0]["update"])

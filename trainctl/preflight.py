@@ -21,6 +21,16 @@ instance role); the declarations come from infra/spec (environments, instances, 
   add-on      EKS offers each pinned managed add-on version for it    eks:DescribeAddonVersions
   subnet      if the VPC is deployed: each private subnet has free    ec2:DescribeVpcs, DescribeSubnets,
               addresses for its nodes' interfaces and pods                DescribeInstances
+  placement   a reservation made in a cluster placement group is      ec2:DescribeCapacityReservations
+              launched into that group (capacity.placement_group_name)
+  admin       each cluster.admin_principals entry exists (EKS        sts:GetCallerIdentity, iam:GetRole,
+              refuses an access entry for a missing one)                  iam:GetUser
+  chart       each pinned Helm chart version (versions.py             HTTP GET <repository>/index.yaml
+              HELM_CHARTS) is listed in its repository's index
+  leftover    what an earlier deployment left: an EKS cluster of the  cloudformation:ListStackResources,
+              name outside the platform stack (blocks), retained FSx      eks:DescribeCluster, fsx:Describe-
+              file systems outside the storage stack (cost), the          FileSystems, logs:DescribeLogGroups
+              control-plane log group (adopted, reported)
 
 One row per check and subject: PASS, WARN (deployable, but read the reason) or FAIL, with the
 reason and the fix. A check that could not run (no credentials, endpoint unreachable, access
@@ -48,15 +58,20 @@ from infra.spec.addressing import (
 )
 from infra.spec.efa import efa_layout
 from infra.spec.environments import CapacityKind
-from infra.spec.versions import CORE_ADDONS, KUBERNETES_VERSION, MANAGED_ADDONS
+from infra.spec.versions import CORE_ADDONS, HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS, HelmChartPin
 from trainctl.aws import SERVICES, Aws, AwsError, ErrorKind
 from trainctl.exit_codes import ExitCode
+from trainctl.helm_repo import DEFAULT_TIMEOUT as CHART_TIMEOUT
+from trainctl.helm_repo import ChartIndex, ChartRepoError, RepoErrorKind, fetch_index, newest
 from trainctl.output import table, to_json
 
 # infra/stage.py tags every resource of an environment's stack with this key and the environment's name.
 ENVIRONMENT_TAG = "platform:environment"
 # CloudFormation tags what a stack creates with the stack's name (infra/stage.py: <cluster>-platform).
 STACK_NAME_TAG = "aws:cloudformation:stack-name"
+
+# --chart-repository without a pin name: every pinned chart is fetched from that URL.
+ALL_CHARTS = "*"
 
 # Managed add-ons outside CORE_ADDONS, and whether an environment installs them (infra/addons/).
 OPTIONAL_ADDONS: Mapping[str, Callable[[Environment], bool]] = {
@@ -79,6 +94,10 @@ class Check(StrEnum):
     KUBERNETES = "kubernetes"
     ADDON = "add-on"
     SUBNET = "subnet"
+    PLACEMENT = "placement"
+    ADMIN = "admin"
+    CHART = "chart"
+    LEFTOVER = "leftover"
 
 
 API: Mapping[Check, str] = {
@@ -89,6 +108,11 @@ API: Mapping[Check, str] = {
     Check.KUBERNETES: "eks:DescribeClusterVersions",
     Check.ADDON: "eks:DescribeAddonVersions",
     Check.SUBNET: "ec2:DescribeVpcs, ec2:DescribeSubnets, ec2:DescribeInstances",
+    Check.PLACEMENT: "ec2:DescribeCapacityReservations",
+    Check.ADMIN: "sts:GetCallerIdentity, iam:GetRole, iam:GetUser",
+    Check.CHART: "HTTP GET <repository>/index.yaml",
+    Check.LEFTOVER: "cloudformation:ListStackResources, eks:DescribeCluster, logs:DescribeLogGroups, "
+    "fsx:DescribeFileSystems, kms:DescribeKey",
 }
 
 
@@ -100,7 +124,8 @@ class CheckResult:
     reason: str
     fix: str | None = None
     error_kind: str | None = None
-    """Set (an trainctl.aws.ErrorKind) when the check could not run; its status is then FAIL."""
+    """Set (a trainctl.aws.ErrorKind, or a trainctl.helm_repo.RepoErrorKind for the chart check) when the
+    check could not run; its status is then FAIL."""
 
     @property
     def ran(self) -> bool:
@@ -419,6 +444,58 @@ def evaluate_capacity(
     )
 
 
+# --- 4b. the reservation's cluster placement group ------------------------------------------------
+
+
+def placement_group_of(reservation: Mapping[str, Any]) -> str | None:
+    """The name in PlacementGroupArn (arn:aws:ec2:<region>:<account>:placement-group/<name>), if any."""
+    arn = reservation.get("PlacementGroupArn")
+    if not arn:
+        return None
+    return str(arn).rpartition("placement-group/")[2] or str(arn)
+
+
+def evaluate_placement(group: GpuNodeGroupConfig, reservation: Mapping[str, Any]) -> CheckResult:
+    """A reservation created in a cluster placement group serves only instances launched into that group
+    (EC2 user guide, "Capacity Reservations in cluster placement groups"; DescribeCapacityReservations
+    returns the group as PlacementGroupArn). The launch template sets the group from
+    capacity.placement_group_name, so the two must name the same group, or neither any."""
+    subject = _group_subject(group)
+    rid = group.capacity.reservation_id
+    reserved_in = placement_group_of(reservation)
+    declared = group.capacity.placement_group_name
+    field_name = f"capacity.placement_group_name of group {group.name} (infra/spec/environments.py)"
+    if reserved_in == declared:
+        if declared is None:
+            return CheckResult(
+                Check.PLACEMENT, subject, Status.PASS, f"{rid} is not in a placement group and the group names none"
+            )
+        return CheckResult(
+            Check.PLACEMENT,
+            subject,
+            Status.PASS,
+            f"{rid} was created in cluster placement group {declared}, which the group launches into",
+        )
+    if reserved_in is not None:
+        launched = f"names {declared}" if declared is not None else "names none"
+        return CheckResult(
+            Check.PLACEMENT,
+            subject,
+            Status.FAIL,
+            f"{rid} was created in cluster placement group {reserved_in} ({reservation.get('PlacementGroupArn')}); "
+            f"only instances launched into that group use it, and the group {launched}",
+            f"set {field_name} to {reserved_in!r}",
+        )
+    return CheckResult(
+        Check.PLACEMENT,
+        subject,
+        Status.FAIL,
+        f"the group launches into placement group {declared}, but {rid} was not created in a placement group "
+        "(it has no PlacementGroupArn), so the launch does not match the reservation",
+        f"remove {field_name}, or use a reservation created in {declared}",
+    )
+
+
 # --- 5. Kubernetes version and managed add-ons ---------------------------------------------------
 
 
@@ -541,6 +618,356 @@ def evaluate_subnet(
     )
 
 
+# --- 7. admin principals exist --------------------------------------------------------------------
+
+_PRINCIPAL = re.compile(r"^arn:[^:]+:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:[^/]+/)*(?P<name>[^/]+)$")
+
+
+@dataclass(frozen=True)
+class AdminPrincipal:
+    given: str
+    kind: str
+    """"role" or "user"."""
+    name: str
+    account: str | None
+    """The ARN's account; None for a bare role name, which resolves in the deploying account."""
+
+
+def parse_principal(text: str) -> AdminPrincipal:
+    """An entry of cluster.admin_principals (ClusterConfig validated its shape): a role name or an ARN."""
+    match = _PRINCIPAL.match(text)
+    if match is None:
+        return AdminPrincipal(given=text, kind="role", name=text, account=None)
+    return AdminPrincipal(given=text, kind=match["kind"], name=match["name"], account=match["account"])
+
+
+def evaluate_admin(principal: AdminPrincipal, found: Mapping[str, Any] | None, *, caller_account: str) -> CheckResult:
+    """EKS refuses an access entry whose principal does not exist ("The specified principalArn is invalid"),
+    which fails the cluster stack's create and rolls it back (REFERENCE.md, deploy behaviour)."""
+    subject = principal.given
+    field_fix = "or change cluster.admin_principals in infra/spec/environments.py"
+    if principal.account is not None and principal.account != caller_account:
+        return CheckResult(
+            Check.ADMIN,
+            subject,
+            Status.WARN,
+            f"{principal.kind} {principal.name} is in account {principal.account}, the credentials are account "
+            f"{caller_account}'s: not looked up",
+            f"run preflight with credentials of account {principal.account}, or check it there: "
+            f"aws iam get-{principal.kind} --{principal.kind}-name {principal.name}",
+        )
+    where = f"account {caller_account}"
+    if found is None:
+        return CheckResult(
+            Check.ADMIN,
+            subject,
+            Status.FAIL,
+            f"no IAM {principal.kind} named {principal.name} in {where}: EKS rejects its access entry "
+            '("The specified principalArn is invalid") and the cluster\'s stack rolls back',
+            f"create the {principal.kind} in {where} (aws iam create-{principal.kind} "
+            f"--{principal.kind}-name {principal.name} ...), {field_fix}",
+        )
+    arn = str(found.get("Arn", ""))
+    if principal.account is not None and arn != principal.given:
+        return CheckResult(
+            Check.ADMIN,
+            subject,
+            Status.FAIL,
+            f"nothing at that ARN: the {principal.kind} named {principal.name} in {where} is {arn} (another path)",
+            f"write the ARN exactly as IAM reports it ({arn}), {field_fix}",
+        )
+    return CheckResult(Check.ADMIN, subject, Status.PASS, f"{principal.kind} exists: {arn}")
+
+
+def admin_checks(env: Environment, aws: Aws, *, region: str) -> list[CheckResult]:
+    principals = [parse_principal(p) for p in env.cluster.admin_principals]
+    results: list[CheckResult] = []
+    account: list[str] = []
+
+    for principal in principals:
+
+        def one(principal: AdminPrincipal = principal) -> list[CheckResult]:
+            if not account:
+                account.append(aws.caller_account())
+            if principal.account is not None and principal.account != account[0]:
+                return [evaluate_admin(principal, None, caller_account=account[0])]
+            lookup = aws.iam_role if principal.kind == "role" else aws.iam_user
+            return [evaluate_admin(principal, lookup(principal.name), caller_account=account[0])]
+
+        _attempt(results, Check.ADMIN, [principal.given], region, one)
+    return results
+
+
+# --- 8. pinned Helm chart versions exist in their repositories -------------------------------------
+
+
+def _chart_subject(pin: HelmChartPin) -> str:
+    return f"{pin.chart} {pin.version}"
+
+
+def evaluate_chart(name: str, pin: HelmChartPin, index: ChartIndex) -> CheckResult:
+    """The exact pinned string must be listed. Helm itself resolves `--version` by exact string first,
+    then as a semver constraint (helm/helm pkg/repo/index.go, IndexFile.Get), so "0.5.32" would still
+    install "v0.5.32"; such a near miss is a WARN that says so, not a PASS."""
+    subject = _chart_subject(pin)
+    pin_fix = f"pin a listed version of {name} in HELM_CHARTS (infra/spec/versions.py)"
+    versions = index.versions(pin.chart)
+    if versions is None:
+        return CheckResult(
+            Check.CHART,
+            subject,
+            Status.FAIL,
+            f"{index.url} has no chart named {pin.chart} ({len(index.entries)} charts listed)",
+            f"correct chart or repository of {name} in HELM_CHARTS (infra/spec/versions.py)",
+        )
+    if pin.version in versions:
+        return CheckResult(Check.CHART, subject, Status.PASS, f"listed in {index.url}")
+    shown = ", ".join(newest(versions)) or "none"
+    other = pin.version[1:] if pin.version.startswith("v") else f"v{pin.version}"
+    if other in versions:
+        return CheckResult(
+            Check.CHART,
+            subject,
+            Status.WARN,
+            f"{pin.version!r} is not listed, {other!r} is (Helm's semver match would install it); newest: {shown}",
+            f"pin the exact string {other!r} for {name} in HELM_CHARTS (infra/spec/versions.py)",
+        )
+    return CheckResult(
+        Check.CHART,
+        subject,
+        Status.FAIL,
+        f"version {pin.version!r} is not in {index.url}: the Helm install fails inside CloudFormation and "
+        f"rolls the stack back; newest listed: {shown}",
+        pin_fix,
+    )
+
+
+def chart_not_fetched(pin: HelmChartPin, error: ChartRepoError) -> CheckResult:
+    """A 404 is the repository's answer (no index at that URL: Helm fails the same way); anything else
+    leaves the check without a verdict."""
+    subject = _chart_subject(pin)
+    if error.kind is RepoErrorKind.NOT_FOUND:
+        return CheckResult(
+            Check.CHART,
+            subject,
+            Status.FAIL,
+            f"no Helm repository index: {error}",
+            f"correct the repository of {pin.chart} in HELM_CHARTS (infra/spec/versions.py)",
+        )
+    fixes = {
+        RepoErrorKind.UNREACHABLE: f"check network access to {error.url} (proxy, firewall) and run again",
+        RepoErrorKind.HTTP_ERROR: "run again later; if it persists, open the URL in a browser",
+        RepoErrorKind.MALFORMED: f"open {error.url}: a proxy or login page may be answering instead of the repository",
+        RepoErrorKind.TOO_LARGE: "run again with a larger cap, or check the URL names a chart repository",
+    }
+    reason = f"could not run: {error}"
+    return CheckResult(Check.CHART, subject, Status.FAIL, reason, fixes[error.kind], error.kind.value)
+
+
+def chart_checks(overrides: Mapping[str, str], *, timeout: float, say: Callable[[str], None]) -> list[CheckResult]:
+    """`overrides`: pin name (a HELM_CHARTS key) or "*" -> the repository URL to ask instead."""
+    results: list[CheckResult] = []
+    fetched: dict[str, ChartIndex | ChartRepoError] = {}
+    for name, pin in HELM_CHARTS.items():
+        repository = overrides.get(name) or overrides.get(ALL_CHARTS) or pin.repository
+        if repository not in fetched:
+            say(f"chart repository {repository}")
+            try:
+                fetched[repository] = fetch_index(repository, timeout=timeout)
+            except ChartRepoError as exc:
+                fetched[repository] = exc
+        answer = fetched[repository]
+        if isinstance(answer, ChartRepoError):
+            results.append(chart_not_fetched(pin, answer))
+        else:
+            results.append(evaluate_chart(name, pin, answer))
+    return results
+
+
+# --- 9. leftovers of an earlier deployment that would block or cost -------------------------------
+
+
+def platform_stack_name(env: Environment) -> str:
+    return f"{env.cluster.name}-platform"
+
+
+def storage_stack_name(env: Environment) -> str:
+    return f"{env.cluster.name}-storage"
+
+
+def control_plane_log_group(env: Environment) -> str:
+    """The name EKS writes control-plane logs to (EKS user guide, control-plane logs); fixed by AWS."""
+    return f"/aws/eks/{env.cluster.name}/cluster"
+
+
+def live_ids(resources: Sequence[Mapping[str, Any]] | None, resource_type: str) -> set[str]:
+    """Physical ids of a stack's resources of one type that the stack still holds. A stack rolled back
+    after its first create lists them DELETE_COMPLETE, or DELETE_SKIPPED where retained."""
+    return {
+        str(r.get("PhysicalResourceId"))
+        for r in resources or ()
+        if r.get("ResourceType") == resource_type and not str(r.get("ResourceStatus", "")).startswith("DELETE_")
+    }
+
+
+def evaluate_cluster_leftover(
+    env: Environment, cluster: Mapping[str, Any] | None, stack_resources: Sequence[Mapping[str, Any]] | None
+) -> CheckResult:
+    name = env.cluster.name
+    stack = platform_stack_name(env)
+    subject = f"EKS cluster {name}"
+    if cluster is None:
+        return CheckResult(
+            Check.LEFTOVER, subject, Status.PASS, "none of that name in the region: the deploy creates it"
+        )
+    if name in live_ids(stack_resources, "AWS::EKS::Cluster"):
+        return CheckResult(Check.LEFTOVER, subject, Status.PASS, f"belongs to stack {stack}: the deploy updates it")
+    owner = "does not exist" if stack_resources is None else "does not hold it"
+    return CheckResult(
+        Check.LEFTOVER,
+        subject,
+        Status.FAIL,
+        f"a cluster of that name exists ({cluster.get('status', 'status unknown')}, created "
+        f"{_date(cluster.get('createdAt'))}) and stack {stack} {owner}: creating it fails (ResourceInUseException) "
+        "and rolls the stack back",
+        f"if it is a leftover, delete its node groups and then it (aws eks delete-cluster --name {name} "
+        f"--region {env.region}); or change cluster.name in infra/spec/environments.py",
+    )
+
+
+def evaluate_log_group(env: Environment, group: Mapping[str, Any] | None) -> CheckResult:
+    """The stack adopts the control-plane log group (infra/cluster.py: a LogRetention on the fixed
+    name, which creates it when missing and sets retention on one that exists) instead of creating
+    it, so one left by an earlier deployment, or written by EKS itself, does not block a create."""
+    name = control_plane_log_group(env)
+    days = env.cluster.control_plane_log_retention_days
+    if group is None:
+        return CheckResult(
+            Check.LEFTOVER, f"log group {name}", Status.PASS, f"does not exist: the deploy creates it ({days} days)"
+        )
+    kept = group.get("retentionInDays")
+    now = f"{kept} days" if kept is not None else "never expires"
+    return CheckResult(
+        Check.LEFTOVER,
+        f"log group {name}",
+        Status.PASS,
+        f"exists ({now}, {group.get('storedBytes', 0)} bytes): the deploy adopts it and sets {days} days",
+    )
+
+
+def evaluate_file_systems(
+    env: Environment,
+    file_systems: Sequence[Mapping[str, Any]],
+    storage: Sequence[Mapping[str, Any]] | None,
+    platform: Sequence[Mapping[str, Any]] | None,
+) -> list[CheckResult]:
+    """A retained FSx file system (RemovalPolicy.RETAIN) outlives its stack and keeps costing; a new
+    deploy does not fail on it but creates a second one beside it."""
+    tag = f"{ENVIRONMENT_TAG}={env.name}"
+    stack = storage_stack_name(env)
+    owned = live_ids(storage, "AWS::FSx::FileSystem")
+    in_platform = live_ids(platform, "AWS::FSx::FileSystem")
+    results = []
+    for fs in file_systems:
+        fs_id = str(fs.get("FileSystemId"))
+        size = f"{fs.get('StorageCapacity')} GiB, {fs.get('Lifecycle', 'lifecycle unknown')}"
+        subject = f"FSx {fs_id}"
+        if fs_id in owned:
+            results.append(CheckResult(Check.LEFTOVER, subject, Status.PASS, f"belongs to stack {stack} ({size})"))
+            continue
+        keep = (
+            f"import it into {stack} (cdk import) to keep its data, or copy what you need and delete it "
+            f"(aws fsx delete-file-system --file-system-id {fs_id} --region {env.region})"
+        )
+        if fs_id in in_platform:
+            results.append(
+                CheckResult(
+                    Check.LEFTOVER,
+                    subject,
+                    Status.WARN,
+                    f"belongs to stack {platform_stack_name(env)} (the layout before the storage stack, {size}): "
+                    f"the deploy leaves it behind (retained) and {stack} creates a new one",
+                    keep,
+                )
+            )
+            continue
+        owner = "does not exist" if storage is None else "does not hold it"
+        results.append(
+            CheckResult(
+                Check.LEFTOVER,
+                subject,
+                Status.WARN,
+                f"tagged {tag} ({size}), but stack {stack} {owner}: a retained leftover that keeps costing; "
+                "the deploy creates a second file system beside it",
+                keep,
+            )
+        )
+    if not results:
+        results.append(CheckResult(Check.LEFTOVER, "FSx file systems", Status.PASS, f"no file system tagged {tag}"))
+    return results
+
+
+def evaluate_kms_alias(alias: str, key: Mapping[str, Any] | None, owned_keys: set[str], stack: str) -> CheckResult:
+    """A KMS alias name is unique per account and region: CreateAlias on an existing one fails
+    (AlreadyExistsException), and a retained key keeps its alias until the alias is deleted."""
+    subject = f"KMS {alias}"
+    if key is None:
+        return CheckResult(Check.LEFTOVER, subject, Status.PASS, "does not exist: the deploy creates it")
+    key_id = str(key.get("KeyId"))
+    if key_id in owned_keys:
+        return CheckResult(Check.LEFTOVER, subject, Status.PASS, f"points to key {key_id} of stack {stack}")
+    return CheckResult(
+        Check.LEFTOVER,
+        subject,
+        Status.FAIL,
+        f"exists, pointing to key {key_id} ({key.get('KeyState', 'state unknown')}) that stack {stack} does not "
+        "hold: creating the alias fails (AlreadyExistsException) and rolls the stack back",
+        f"delete the alias (aws kms delete-alias --alias-name {alias}), and schedule the retained key's deletion "
+        f"if nothing needs it (aws kms schedule-key-deletion --key-id {key_id})",
+    )
+
+
+def leftover_checks(env: Environment, aws: Aws, *, region: str, say: Callable[[str], None]) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    stacks: dict[str, list[dict[str, Any]] | None] = {}
+
+    def resources(stack: str) -> list[dict[str, Any]] | None:
+        if stack not in stacks:
+            stacks[stack] = aws.stack_resources(stack)
+        return stacks[stack]
+
+    say(f"leftovers of earlier deployments of {env.cluster.name}")
+    _attempt(
+        results,
+        Check.LEFTOVER,
+        [f"EKS cluster {env.cluster.name}"],
+        region,
+        lambda: [
+            evaluate_cluster_leftover(env, aws.eks_cluster(env.cluster.name), resources(platform_stack_name(env)))
+        ],
+    )
+    _attempt(
+        results,
+        Check.LEFTOVER,
+        [f"log group {control_plane_log_group(env)}"],
+        region,
+        lambda: [evaluate_log_group(env, aws.log_group(control_plane_log_group(env)))],
+    )
+    _attempt(
+        results,
+        Check.LEFTOVER,
+        ["FSx file systems"],
+        region,
+        lambda: evaluate_file_systems(
+            env,
+            aws.file_systems_tagged(ENVIRONMENT_TAG, env.name),
+            resources(storage_stack_name(env)),
+            resources(platform_stack_name(env)),
+        ),
+    )
+    return results
+
+
 # --- running the checks ------------------------------------------------------------------------
 
 Progress = Callable[[str], None]
@@ -560,8 +987,18 @@ def _attempt(
         results.extend(could_not_run(check, subject, exc, region) for subject in subjects)
 
 
-def run_checks(env: Environment, aws: Aws, *, progress: Progress | None = None) -> list[CheckResult]:
-    """Every check of the environment against `aws.region`; never raises for an AWS failure."""
+def run_checks(
+    env: Environment,
+    aws: Aws,
+    *,
+    chart_repositories: Mapping[str, str] | None = None,
+    chart_timeout: float = CHART_TIMEOUT,
+    progress: Progress | None = None,
+) -> list[CheckResult]:
+    """Every check of the environment against `aws.region`; never raises for an AWS or HTTP failure.
+
+    `chart_repositories`: a HELM_CHARTS key (or "*" for all) -> a repository URL to ask instead of the
+    pinned one (a mirror, or a test's server)."""
     region = aws.region
     zone = env.gpu_availability_zone
     groups = env.gpu_node_groups
@@ -621,6 +1058,16 @@ def run_checks(env: Environment, aws: Aws, *, progress: Progress | None = None) 
                 return [evaluate_capacity(group, found, zone=zone, nodes_needed=sharing, region=region)]
 
             _attempt(results, Check.CAPACITY, [_group_subject(group)], region, capacity)
+            if rid is None:
+                continue
+
+            def placement(group: GpuNodeGroupConfig = group, rid: str = rid) -> list[CheckResult]:
+                if rid not in reservations:
+                    reservations[rid] = aws.capacity_reservation(rid)
+                found = reservations[rid]
+                return [] if found is None else [evaluate_placement(group, found)]  # None: the capacity row says
+
+            _attempt(results, Check.PLACEMENT, [_group_subject(group)], region, placement)
 
     say(f"EKS support of Kubernetes {KUBERNETES_VERSION}")
 
@@ -640,6 +1087,10 @@ def run_checks(env: Environment, aws: Aws, *, progress: Progress | None = None) 
 
     say("private subnets of the deployed VPC")
     _attempt(results, Check.SUBNET, ["vpc"], region, lambda: subnet_checks(env, aws))
+    say("admin principals")
+    results.extend(admin_checks(env, aws, region=region))
+    results.extend(chart_checks(chart_repositories or {}, timeout=chart_timeout, say=say))
+    results.extend(leftover_checks(env, aws, region=region, say=say))
     return results
 
 
@@ -809,6 +1260,7 @@ def preflight(
     region: str | None = None,
     profile: str | None = None,
     endpoint_urls: Mapping[str, str] | None = None,
+    chart_repositories: Mapping[str, str] | None = None,
     progress: Progress | None = None,
 ) -> PreflightReport:
     try:
@@ -827,7 +1279,7 @@ def preflight(
             f"({', '.join(env.network.availability_zones)}) and cdk deploy use {env.region}"
         )
     aws = Aws(region=chosen, profile=profile, endpoint_urls=endpoint_urls)
-    report.results = run_checks(env, aws, progress=progress)
+    report.results = run_checks(env, aws, chart_repositories=chart_repositories, progress=progress)
     return report
 
 
@@ -853,6 +1305,17 @@ def _endpoint(text: str) -> tuple[str, str]:
     return service, url
 
 
+def _chart_repository(text: str) -> tuple[str, str]:
+    name, equals, url = text.partition("=")
+    if not equals or name not in HELM_CHARTS:
+        name, url = ALL_CHARTS, text
+    if not re.match(r"^https?://[^\s/]+", url):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected URL or CHART=URL with CHART one of {', '.join(HELM_CHARTS)} and an http(s) URL"
+        )
+    return name, url
+
+
 class StderrProgress:
     """One line on stderr, rewritten per call, and cleared at the end; only on a terminal."""
 
@@ -875,7 +1338,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser(
         "preflight",
         help="before cdk deploy: check with AWS that an environment's GPU types, EFA, quotas, capacity, "
-        "Kubernetes version, add-ons and subnet addresses will work",
+        "Kubernetes version, add-ons, subnet addresses, admin principals and chart versions will work, and "
+        "that no leftover of an earlier deployment is in the way",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: 0 no check failed (WARN rows allowed), 1 a check failed, 2 could not run "
@@ -902,7 +1366,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=[],
         metavar="[SERVICE=]URL",
         help=f"send requests to another endpoint, e.g. a local emulator; SERVICE is one of {', '.join(SERVICES)} "
-        "(default: all three); repeatable",
+        "(default: all of them); repeatable",
+    )
+    parser.add_argument(
+        "--chart-repository",
+        type=_chart_repository,
+        action="append",
+        default=[],
+        metavar="[CHART=]URL",
+        help=f"fetch a pinned chart's index.yaml from another Helm repository (a mirror); CHART is one of "
+        f"{', '.join(HELM_CHARTS)} (default: all of them); repeatable",
     )
     parser.set_defaults(run=run)
 
@@ -912,7 +1385,12 @@ def run(args: argparse.Namespace) -> int:
     progress = StderrProgress(sys.stderr) if sys.stderr.isatty() else None
     try:
         report = preflight(
-            args.env, region=args.region, profile=args.profile, endpoint_urls=endpoints, progress=progress
+            args.env,
+            region=args.region,
+            profile=args.profile,
+            endpoint_urls=endpoints,
+            chart_repositories=dict(args.chart_repository),
+            progress=progress,
         )
     finally:
         if progress is not None:

@@ -10,7 +10,10 @@ included) and DescribeInstances for what a test creates. It does not have:
   request to moto byte for byte.
 - servicequotas:GetServiceQuota for the ec2 service code (moto knows only fixed "vpc" defaults):
   `FakeServiceQuotas`, JSON 1.1 with X-Amz-Target.
-- eks:DescribeClusterVersions and eks:DescribeAddonVersions: `FakeEks`, REST-JSON.
+- eks:DescribeClusterVersions and eks:DescribeAddonVersions: `FakeEks`, REST-JSON; it also answers
+  eks:DescribeCluster for the clusters a test gives it (the tests' EKS endpoint is this stub).
+- cloudformation:ListStackResources of stacks holding an EKS cluster or an FSx file system (moto's
+  CloudFormation does not create those types): `FakeCloudFormation`, query/XML.
 
 Each stub is a stdlib ThreadingHTTPServer on 127.0.0.1, port 0, in a thread; `calls` records
 the actions it answered, so a test can tell that a request really reached it.
@@ -200,11 +203,14 @@ class FakeEks(LoopbackStub):
         addons: Mapping[tuple[str, str], Sequence[str]],
         *,
         denied: bool = False,
+        clusters: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
+        """`clusters`: name -> the cluster DescribeCluster returns (none: ResourceNotFoundException)."""
         super().__init__()
         self.versions = list(versions)
         self.addons = dict(addons)
         self.denied = denied
+        self.clusters = dict(clusters or {})
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         url = urlsplit(path)
@@ -246,6 +252,11 @@ class FakeEks(LoopbackStub):
                 else []
             )
             return self._json({"addons": addons})
+        if url.path.startswith("/clusters/"):
+            name = url.path.removeprefix("/clusters/")
+            if name not in self.clusters:
+                return self._error(404, "ResourceNotFoundException", f"No cluster found for name: {name}.")
+            return self._json({"cluster": self.clusters[name]})
         return self._error(404, "NotFoundException", f"no route {url.path}")
 
     @staticmethod
@@ -354,3 +365,72 @@ class Ec2Front(LoopbackStub):
             return response.status, kept, payload
         finally:
             connection.close()
+
+
+# --- CloudFormation: query/XML ------------------------------------------------------------------
+
+CLOUDFORMATION_NAMESPACE = "http://cloudformation.amazonaws.com/doc/2010-05-15/"
+_CLOUDFORMATION = botocore.session.get_session().get_service_model("cloudformation")
+
+
+def _query_xml(shape: Any, value: Any, tag: str) -> ElementTree.Element:
+    """Like _xml, for the query protocol of services other than EC2: list items are <member>."""
+    element = ElementTree.Element(tag)
+    if shape.type_name == "structure":
+        for name, member in shape.members.items():
+            if name in value:
+                element.append(_query_xml(member, value[name], member.serialization.get("name", name)))
+    elif shape.type_name == "list":
+        for item in value:
+            element.append(_query_xml(shape.member, item, shape.member.serialization.get("name", "member")))
+    else:
+        element.text = _xml(shape, value, tag).text
+    return element
+
+
+def stack_resource(
+    logical_id: str, resource_type: str, physical_id: str, status: str = "CREATE_COMPLETE"
+) -> dict[str, Any]:
+    """One StackResourceSummary, as ListStackResources returns it."""
+    return {
+        "LogicalResourceId": logical_id,
+        "PhysicalResourceId": physical_id,
+        "ResourceType": resource_type,
+        "LastUpdatedTimestamp": datetime(2026, 1, 5, 12, 0),
+        "ResourceStatus": status,
+    }
+
+
+class FakeCloudFormation(LoopbackStub):
+    """`stacks`: stack name -> its StackResourceSummaries; any other name is ValidationError "does not exist",
+    as CloudFormation answers for a stack that was never created or was deleted."""
+
+    def __init__(self, stacks: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+        super().__init__()
+        self.stacks = {name: list(resources) for name, resources in stacks.items()}
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        action = form.get("Action", "")
+        assert method == "POST", (method, path)
+        assert action == "ListStackResources", action
+        stack = form["StackName"]
+        self.calls.append(f"{action} {stack}")
+        if stack not in self.stacks:
+            return self._error("ValidationError", f"Stack with id {stack} does not exist")
+        shape = _CLOUDFORMATION.operation_model(action).output_shape
+        root = ElementTree.Element(f"{action}Response", xmlns=CLOUDFORMATION_NAMESPACE)
+        root.append(_query_xml(shape, {"StackResourceSummaries": self.stacks[stack]}, f"{action}Result"))
+        metadata = ElementTree.SubElement(root, "ResponseMetadata")
+        ElementTree.SubElement(metadata, "RequestId").text = "00000000-0000-4000-8000-000000000002"
+        return 200, {"Content-Type": "text/xml"}, ElementTree.tostring(root)
+
+    @staticmethod
+    def _error(code: str, message: str) -> Reply:
+        root = ElementTree.Element("ErrorResponse", xmlns=CLOUDFORMATION_NAMESPACE)
+        error = ElementTree.SubElement(root, "Error")
+        ElementTree.SubElement(error, "Type").text = "Sender"
+        ElementTree.SubElement(error, "Code").text = code
+        ElementTree.SubElement(error, "Message").text = message
+        ElementTree.SubElement(root, "RequestId").text = "00000000-0000-4000-8000-000000000003"
+        return 400, {"Content-Type": "text/xml"}, ElementTree.tostring(root)

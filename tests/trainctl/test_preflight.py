@@ -471,9 +471,7 @@ def test_no_efa_and_a_different_gpu_count_fail(moto: MotoServer, quotas: FakeSer
     info["NetworkInfo"]["EfaSupported"] = False
     info["GpuInfo"]["Gpus"][0]["Count"] = 8
     with started(Ec2Front(moto.url, instance_types={"g6.12xlarge": info})) as front:
-        results = checks(
-            with_groups(PROD, gpu_group("g6", "g6.12xlarge")), aws("us-east-2", front.url, eks, quotas)
-        )
+        results = checks(with_groups(PROD, gpu_group("g6", "g6.12xlarge")), aws("us-east-2", front.url, eks, quotas))
     row = only(results, Check.INSTANCE)
     assert row.status is Status.FAIL
     assert "EC2 reports no EFA support (NetworkInfo.EfaSupported)" in row.reason
