@@ -1,0 +1,177 @@
+"""training.pod_checks run as the pods run it: real subprocesses, real dlopen, real rlimits, real directories."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training import pod_checks
+from training.pod_checks import (
+    check_efa_devices,
+    check_memlock,
+    check_package,
+    check_python,
+    check_shared_dir,
+    release,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = (sys.executable, "-m", "training.pod_checks")
+
+
+def run(*args: str, env: dict[str, str] | None = None, preexec=None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        preexec_fn=preexec,
+    )
+
+
+def test_release_orders_versions_numerically() -> None:
+    assert release("2.9.0+cu130") == release("2.9") == (2, 9)
+    assert release("2.13.0") > release("2.9.1")
+    with pytest.raises(ValueError, match="not a version"):
+        release("main")
+
+
+def test_python_version() -> None:
+    assert check_python("3.12", (3, 12)).ok
+    failed = check_python("3.12", (3, 13))
+    assert not failed.ok
+    assert failed.line().startswith("FAIL python: Python 3.13, the workload needs 3.12")
+    assert "k8s/images.lock.json" in failed.fix
+
+
+def test_packages_against_what_is_installed_here() -> None:
+    torch = importlib.metadata.version("torch")
+    assert check_package(f"torch=={torch}").ok
+    assert check_package("torch>=2.0").ok
+    too_new = check_package("torch>=99")
+    assert (too_new.ok, too_new.detail) == (False, f"{torch}, the workload needs >=99")
+    missing = check_package("nvidia-resiliency-ext-not-a-package")
+    assert (missing.ok, missing.detail) == (False, "not installed")
+    with pytest.raises(ValueError, match="expected NAME"):
+        check_package("torch<2")
+
+
+def test_efa_devices(tmp_path: Path) -> None:
+    for n in range(2):
+        (tmp_path / f"uverbs{n}").touch()
+    assert check_efa_devices(2, str(tmp_path / "uverbs*")).ok
+    short = check_efa_devices(32, str(tmp_path / "uverbs*"))
+    assert not short.ok
+    assert short.detail.startswith("2 of the 32 EFA device(s) the pod requested are visible")
+
+
+def test_memlock() -> None:
+    assert check_memlock("unlimited", (resource.RLIM_INFINITY, resource.RLIM_INFINITY)).ok
+    assert check_memlock("65536", (1 << 20, 1 << 20)).ok
+    low = check_memlock("unlimited", (8 << 20, 8 << 20))
+    assert not low.ok
+    assert low.detail == f"RLIMIT_MEMLOCK is {8 << 20} bytes, EFA needs unlimited"
+
+
+def test_shared_dir_seen_by_every_pod_passes(tmp_path: Path) -> None:
+    shared = tmp_path / "claim"
+    pods = [
+        subprocess.Popen(
+            [
+                *CLI,
+                "--shared-dir",
+                str(shared),
+                "--peers",
+                "2",
+                "--index",
+                str(i),
+                "--run-id",
+                "u1",
+                "--shared-timeout",
+                "30",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=60)[0] for p in pods]
+    assert [p.returncode for p in pods] == [0, 0]
+    assert all(f"ok   shared dir: {shared} is seen by all 2 pods" in out for out in outputs)
+
+
+def test_per_pod_directories_fail_with_the_fix(tmp_path: Path) -> None:
+    """Each pod has its own directory (what a per-pod emptyDir is): pod 0 never sees pod 1's marker."""
+    result = check_shared_dir(tmp_path / "pod0", peers=2, index=0, run_id="r", timeout_s=1.0, poll_s=0.1)
+    assert not result.ok
+    assert (
+        result.detail
+        == f"{tmp_path / 'pod0'} is not shared: after 1 s this pod sees the markers of pods [0] but not [1]"
+    )
+    assert "ReadWriteMany" in result.fix
+
+
+def test_a_previous_runs_markers_do_not_count(tmp_path: Path) -> None:
+    old = tmp_path / ".shared-check" / "old-job-uid"
+    old.mkdir(parents=True)
+    (old / "pod-1").write_text("old\n")
+    assert not check_shared_dir(tmp_path, peers=2, index=0, run_id="new-job-uid", timeout_s=0.5, poll_s=0.1).ok
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a stand-in plugin library")
+def test_nccl_net_plugin_is_loaded_with_the_dynamic_loader(tmp_path: Path) -> None:
+    missing = run("--nccl-net-plugin", "ofi", env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(tmp_path)})
+    assert missing.returncode == pod_checks.PRECONDITION_FAILED
+    assert "FAIL nccl net plugin: no NCCL net plugin library loads (libnccl-net-ofi.so:" in missing.stdout
+    source = tmp_path / "plugin.c"
+    source.write_text("int ncclNetPlugin_v8 = 0;\n")
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(tmp_path / "libnccl-net-ofi.so"), str(source)], check=True, timeout=60
+    )
+    found = run("--nccl-net-plugin", "ofi", env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(tmp_path)})
+    assert (found.returncode, found.stdout.strip()) == (0, "ok   nccl net plugin: libnccl-net-ofi.so loads")
+
+
+def test_cli_exit_2_names_every_failed_check(tmp_path: Path) -> None:
+    def low_memlock() -> None:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 << 10, resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]))
+
+    done = run(
+        "--python",
+        "3.12" if sys.version_info[:2] != (3, 12) else "3.13",
+        "--package",
+        "torch",
+        "--memlock",
+        "unlimited",
+        preexec=low_memlock,
+    )
+    assert done.returncode == 2
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("FAIL python: Python ")
+    assert lines[1].startswith("ok   package torch: ")
+    assert lines[2] == f"FAIL memlock: RLIMIT_MEMLOCK is {64 << 10} bytes, EFA needs unlimited; fix: " + (
+        "run the node's container runtime with LimitMEMLOCK=infinity (containerd's systemd unit; containers "
+        "inherit it) and check `ulimit -l` in a pod on that AMI"
+    )
+    assert done.stderr.strip() == "pod preconditions failed: python, memlock"
+
+
+def test_cli_passes_when_everything_holds() -> None:
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    done = run("--python", version, "--package", "torch>=2.0", "--package", "numpy")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert len(done.stdout.splitlines()) == 3
+
+
+def test_bad_arguments_exit_2_from_argparse() -> None:
+    assert run("--package", "torch<2").returncode == 2
+    assert run("--shared-dir", "/tmp/x", "--peers", "2", "--index", "2").returncode == 2

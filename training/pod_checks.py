@@ -1,0 +1,249 @@
+"""A pod's own preconditions, checked before any training starts: fail in seconds with a named reason instead of
+hours later (or never) with a symptom.
+
+    python -m training.pod_checks --python 3.12 --package nvidia-resiliency-ext==0.4.1 --package torch>=2.9 \\
+        --nccl-net-plugin ofi --efa-devices 32 --memlock unlimited \\
+        --shared-dir /checkpoints --peers 2 --index 0 --run-id "$JOB_UID"
+
+Each check prints one line, `ok   NAME: what was found` or `FAIL NAME: what was found; fix: ...`. Exit status:
+
+    0  every precondition holds
+    2  a precondition does not hold (a Job's podFailurePolicy fails the Job on exit 2: retrying the same pod spec
+       on the same image cannot fix any of these)
+
+Standard library only: it runs inside the training images before anything else is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import importlib.metadata
+import os
+import re
+import resource
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PRECONDITION_FAILED = 2
+
+# The EFA device plugin mounts one uverbs character device per EFA interface it allocates into the container
+# (aws-efa-k8s-device-plugin: /dev/infiniband/uverbsN); libfabric's efa provider opens them.
+UVERBS_GLOB = "/dev/infiniband/uverbs*"
+
+_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:(?P<op>==|>=)\s*(?P<version>[0-9][0-9A-Za-z.+-]*))?$")
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        if self.ok:
+            return f"ok   {self.name}: {self.detail}"
+        return f"FAIL {self.name}: {self.detail}" + (f"; fix: {self.fix}" if self.fix else "")
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric release of a PEP 440 version ('2.9.0+cu130' -> (2, 9, 0)); enough to order pinned releases."""
+    numbers = re.match(r"^\d+(?:\.\d+)*", version)
+    if numbers is None:
+        raise ValueError(f"not a version: {version!r}")
+    parts = [int(p) for p in numbers.group(0).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def check_python(wanted: str, actual: Sequence[int] = sys.version_info[:2]) -> Result:
+    found = ".".join(str(p) for p in actual[:2])
+    if release(found) == release(wanted):
+        return Result("python", True, f"Python {found}")
+    return Result(
+        "python",
+        False,
+        f"Python {found}, the workload needs {wanted} (its packages have wheels for {wanted})",
+        "use the image the lock names for this workload (k8s/images.lock.json), or rebuild it on Python " + wanted,
+    )
+
+
+def check_package(spec: str, version_of: Callable[[str], str] = importlib.metadata.version) -> Result:
+    match = _SPEC.match(spec.strip())
+    if match is None:
+        raise ValueError(f"--package {spec!r}: expected NAME, NAME==VERSION or NAME>=VERSION")
+    name, op, wanted = match["name"], match["op"], match["version"]
+    try:
+        found = version_of(name)
+    except importlib.metadata.PackageNotFoundError:
+        return Result(f"package {name}", False, "not installed", f"use an image that ships {spec}")
+    if op is None:
+        return Result(f"package {name}", True, found)
+    assert wanted is not None
+    ok = release(found) == release(wanted) if op == "==" else release(found) >= release(wanted)
+    if ok:
+        return Result(f"package {name}", True, f"{found} ({op}{wanted})")
+    return Result(f"package {name}", False, f"{found}, the workload needs {op}{wanted}", f"use an image with {spec}")
+
+
+def check_nccl_net_plugin(plugin: str, load: Callable[[str], object] | None = None) -> Result:
+    """NCCL >= 2.19 loads `libnccl-net-<NCCL_NET_PLUGIN>.so`, then `libnccl-net.so` (NCCL env docs); try the same
+    names with the dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache), as NCCL's dlopen would."""
+    opener = load if load is not None else (lambda name: ctypes.CDLL(name, mode=os.RTLD_LAZY))
+    tried = []
+    for name in (f"libnccl-net-{plugin}.so", "libnccl-net.so"):
+        try:
+            opener(name)
+        except OSError as exc:
+            tried.append(f"{name}: {exc}")
+            continue
+        return Result("nccl net plugin", True, f"{name} loads")
+    return Result(
+        "nccl net plugin",
+        False,
+        "no NCCL net plugin library loads (" + "; ".join(tried) + ")",
+        "use an image with aws-ofi-nccl (the EFA installer puts it in /opt/amazon/ofi-nccl/lib) on LD_LIBRARY_PATH",
+    )
+
+
+def check_efa_devices(wanted: int, pattern: str = UVERBS_GLOB) -> Result:
+    found = sorted(glob.glob(pattern))
+    if len(found) >= wanted:
+        return Result("efa devices", True, f"{len(found)} uverbs device(s) ({wanted} requested)")
+    return Result(
+        "efa devices",
+        False,
+        f"{len(found)} of the {wanted} EFA device(s) the pod requested are visible ({pattern})",
+        "check that the EFA device plugin runs on this node (kubectl -n kube-system get pods -o wide) and that "
+        "the node's launch template attaches the EFA interfaces",
+    )
+
+
+def check_memlock(wanted: str, limits: tuple[int, int] | None = None) -> Result:
+    """libfabric's efa provider registers (pins) memory for RDMA; a low RLIMIT_MEMLOCK makes registration fail
+    under load. `wanted` is 'unlimited' or a size in bytes."""
+    soft, _hard = limits if limits is not None else resource.getrlimit(resource.RLIMIT_MEMLOCK)
+
+    def show(value: int) -> str:
+        return "unlimited" if value == resource.RLIM_INFINITY else f"{value} bytes"
+
+    need = resource.RLIM_INFINITY if wanted == "unlimited" else int(wanted)
+    ok = soft == resource.RLIM_INFINITY or (need != resource.RLIM_INFINITY and soft >= need)
+    if ok:
+        return Result("memlock", True, show(soft))
+    return Result(
+        "memlock",
+        False,
+        f"RLIMIT_MEMLOCK is {show(soft)}, EFA needs {show(need)}",
+        "run the node's container runtime with LimitMEMLOCK=infinity (containerd's systemd unit; containers "
+        "inherit it) and check `ulimit -l` in a pod on that AMI",
+    )
+
+
+def _markers(directory: Path) -> Iterator[int]:
+    for path in directory.glob("pod-*"):
+        suffix = path.name.removeprefix("pod-")
+        if suffix.isdigit():
+            yield int(suffix)
+
+
+def check_shared_dir(
+    directory: Path, *, peers: int, index: int, run_id: str, timeout_s: float, poll_s: float = 0.5
+) -> Result:
+    """Every pod of the job writes `pod-<index>` under DIR/.shared-check/<run id>/ and waits until it sees all
+    `peers` markers: only a directory every pod mounts (a shared claim) passes; a per-pod emptyDir shows one."""
+    where = directory / ".shared-check" / run_id
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        (where / f"pod-{index}").write_text(f"{socket.gethostname()} {time.time():.3f}\n", encoding="utf-8")
+    except OSError as exc:
+        return Result("shared dir", False, f"cannot write to {directory}: {exc}", "mount the checkpoint claim")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = set(_markers(where))
+        if len(seen) >= peers:
+            return Result("shared dir", True, f"{directory} is seen by all {peers} pods")
+        if time.monotonic() >= deadline:
+            missing = sorted(set(range(peers)) - seen)
+            return Result(
+                "shared dir",
+                False,
+                f"{directory} is not shared: after {timeout_s:.0f} s this pod sees the markers of pods "
+                f"{sorted(seen)} but not {missing}",
+                "put checkpoints on a ReadWriteMany claim that every pod mounts (FSx for Lustre), never a per-pod "
+                "emptyDir or node disk",
+            )
+        time.sleep(poll_s)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.pod_checks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--python", metavar="X.Y", help="the Python minor version the workload's packages are built for")
+    add("--package", action="append", default=[], metavar="SPEC", help="NAME, NAME==VERSION or NAME>=VERSION")
+    add("--nccl-net-plugin", metavar="NAME", help="the NCCL_NET_PLUGIN value whose library must load (e.g. ofi)")
+    add("--efa-devices", type=int, metavar="N", help="EFA interfaces the pod requested (vpc.amazonaws.com/efa)")
+    add("--memlock", metavar="BYTES|unlimited", help="the RLIMIT_MEMLOCK EFA needs")
+    add("--shared-dir", type=Path, metavar="DIR", help="a directory every pod of the job must see")
+    add("--peers", type=int, default=1, help="pods of the job (with --shared-dir)")
+    add("--index", type=int, default=0, help="this pod's index (with --shared-dir)")
+    add("--run-id", default="", help="an id unique to this run of the job, e.g. the Job's uid (with --shared-dir)")
+    add("--shared-timeout", type=float, default=600.0, metavar="S", help="how long to wait for the other pods")
+    return parser
+
+
+def run_checks(args: argparse.Namespace) -> list[Result]:
+    results = []
+    if args.python:
+        results.append(check_python(args.python))
+    results.extend(check_package(spec) for spec in args.package)
+    if args.nccl_net_plugin and args.nccl_net_plugin != "none":
+        results.append(check_nccl_net_plugin(args.nccl_net_plugin))
+    if args.efa_devices:
+        results.append(check_efa_devices(args.efa_devices))
+    if args.memlock:
+        results.append(check_memlock(args.memlock))
+    if args.shared_dir is not None:
+        results.append(
+            check_shared_dir(
+                args.shared_dir,
+                peers=args.peers,
+                index=args.index,
+                run_id=args.run_id or "default",
+                timeout_s=args.shared_timeout,
+            )
+        )
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.shared_dir is not None and not (0 <= args.index < args.peers):
+        parser.error(f"--index {args.index} must be in 0..{args.peers - 1} (--peers {args.peers})")
+    try:
+        results = run_checks(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    for result in results:
+        print(result.line(), flush=True)
+    failed = [r.name for r in results if not r.ok]
+    if failed:
+        print(f"pod preconditions failed: {', '.join(failed)}", file=sys.stderr, flush=True)
+        return PRECONDITION_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
