@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from trainctl import fabric_check, logs, pin, preflight, status, submit
+from trainctl import capacity, fabric_check, logs, pin, preflight, scale, status, submit
 from trainctl.exit_codes import ExitCode
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
@@ -20,6 +20,8 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     submit.add_parser,
     status.add_parser,
     logs.add_parser,
+    capacity.add_parser,
+    scale.add_parser,
 )
 
 

@@ -434,3 +434,136 @@ class FakeCloudFormation(LoopbackStub):
         ElementTree.SubElement(error, "Message").text = message
         ElementTree.SubElement(root, "RequestId").text = "00000000-0000-4000-8000-000000000003"
         return 400, {"Content-Type": "text/xml"}, ElementTree.tostring(root)
+
+
+# --- trainctl capacity and scale: reservations that change state, Spot scores, EKS updates ------
+
+
+class CapacityEc2(Ec2Front):
+    """EC2 in front of moto with what `trainctl capacity` adds and moto lacks: CreateCapacityReservation,
+    CancelCapacityReservation and GetSpotPlacementScores (DescribeCapacityReservations is Ec2Front's, over
+    the reservations made here).
+
+    `create_error`: (code, message) every create answers instead; `created_state`: the State a new
+    reservation has, then `settles_to` after `settle_after` describes; `cancel_failures`: how many cancels
+    fail (Unavailable, HTTP 503) before one works; `spot_scores`: AvailabilityZoneId -> score."""
+
+    def __init__(
+        self,
+        moto_url: str,
+        *,
+        create_error: tuple[str, str] | None = None,
+        created_state: str = "active",
+        settles_to: str = "active",
+        settle_after: int = 1,
+        cancel_failures: int = 0,
+        spot_scores: Mapping[str, int] | None = None,
+        region: str = "us-east-2",
+    ) -> None:
+        super().__init__(moto_url)
+        self.create_error = create_error
+        self.created_state = created_state
+        self.settles_to = settles_to
+        self.settle_after = settle_after
+        self.cancel_failures = cancel_failures
+        self.spot_scores = dict(spot_scores or {})
+        self.region = region
+        self.created: list[dict[str, str]] = []
+        """The create requests' parameters (InstanceType, AvailabilityZone, InstanceCount, EndDateType, ...)."""
+        self.cancelled: list[str] = []
+        self._describes: dict[str, int] = {}
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        action = form.get("Action", "")
+        if action == "CreateCapacityReservation":
+            self.calls.append(action)
+            self.created.append(form)
+            if self.create_error is not None:
+                return ec2_error(*self.create_error)
+            rid = f"cr-{len(self.created):017x}"
+            self.reservations[rid] = {
+                "CapacityReservationId": rid,
+                "InstanceType": form["InstanceType"],
+                "InstancePlatform": form["InstancePlatform"],
+                "AvailabilityZone": form["AvailabilityZone"],
+                "TotalInstanceCount": int(form["InstanceCount"]),
+                "AvailableInstanceCount": int(form["InstanceCount"]),
+                "State": self.created_state,
+                "EndDateType": form.get("EndDateType"),
+                "InstanceMatchCriteria": form.get("InstanceMatchCriteria"),
+                "ReservationType": "default",
+            }
+            return (
+                200,
+                {"Content-Type": "text/xml"},
+                ec2_response(action, {"CapacityReservation": self.reservations[rid]}),
+            )
+        if action == "CancelCapacityReservation":
+            self.calls.append(action)
+            rid = form["CapacityReservationId"]
+            if self.cancel_failures > 0:
+                self.cancel_failures -= 1
+                body = ec2_error("Unavailable", "The service is unavailable. Please try again shortly.")[2]
+                return 503, {"Content-Type": "text/xml"}, body
+            if rid not in self.reservations:
+                return ec2_error(
+                    "InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{rid}' does not exist"
+                )
+            self.reservations[rid] = {**self.reservations[rid], "State": "cancelled"}
+            self.cancelled.append(rid)
+            return 200, {"Content-Type": "text/xml"}, ec2_response(action, {"Return": True})
+        if action == "DescribeCapacityReservations":
+            for rid, reservation in self.reservations.items():
+                seen = self._describes[rid] = self._describes.get(rid, 0) + 1
+                if reservation["State"] == self.created_state != self.settles_to and seen >= self.settle_after:
+                    self.reservations[rid] = {**reservation, "State": self.settles_to}
+        if action == "GetSpotPlacementScores":
+            self.calls.append(action)
+            scores = [
+                {"Region": self.region, "AvailabilityZoneId": zone_id, "Score": score}
+                for zone_id, score in self.spot_scores.items()
+            ]
+            return 200, {"Content-Type": "text/xml"}, ec2_response(action, {"SpotPlacementScores": scores})
+        return super().handle(method, path, headers, body)
+
+
+class EksFront(Ec2Front):
+    """EKS in front of moto (clusters, node groups, UpdateNodegroupConfig), answering what moto lacks:
+    DescribeUpdate (GET /clusters/NAME/updates/ID?nodegroupName=), with `statuses` one after another
+    (the last repeats) and `errors` on the final answer."""
+
+    def __init__(
+        self, moto_url: str, *, statuses: Sequence[str] = ("Successful",), errors: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        super().__init__(moto_url)
+        self.statuses = list(statuses)
+        self.errors = list(errors)
+        self.updates_seen: list[str] = []
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        url = urlsplit(path)
+        parts = url.path.strip("/").split("/")
+        if method == "GET" and len(parts) == 4 and parts[0] == "clusters" and parts[2] == "updates":
+            self.calls.append(f"DescribeUpdate {parts[3]} {url.query}")
+            self.updates_seen.append(parts[3])
+            index = min(len(self.updates_seen) - 1, len(self.statuses) - 1)
+            status = self.statuses[index]
+            final = index == len(self.statuses) - 1
+            update = {
+                "id": parts[3],
+                "status": status,
+                "type": "ConfigUpdate",
+                "params": [],
+                "createdAt": 1767225600,
+                "errors": list(self.errors) if final else [],
+            }
+            return 200, {"Content-Type": "application/json"}, json.dumps({"update": update}).encode()
+        self.forwarded.append(f"{method} {url.path}")
+        status, reply_headers, payload = self._forward(method, path, headers, body)
+        if method == "POST" and url.path.endswith("/update-config") and status == 200:
+            # moto answers Successful at once; EKS answers InProgress and the update runs on.
+            document = json.loads(payload)
+            document["update"]["status"] = "InProgress"
+            payload = json.dumps(document).encode()
+        return status, reply_headers, payload

@@ -493,3 +493,115 @@ class _Handler(BaseHTTPRequestHandler):
                 call.pings += 1
             elif frame[1] == bytes([CLOSE, STDIN]):
                 call.stdin_closed = True
+
+
+# --- nodes and pods that change over time (trainctl scale) ----------------------------------------
+
+
+def node_object(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    ready: bool = True,
+    allocatable: dict[str, str] | None = None,
+    taints: Sequence[dict[str, str]] = (),
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {"taints": list(taints)} if taints else {},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "message": "kubelet is posting ready status" if ready else "container runtime network not ready",
+                }
+            ],
+            "allocatable": {"cpu": "190", "memory": "2000Gi", "pods": "100", **(allocatable or {})},
+        },
+    }
+
+
+def daemon_pod_object(
+    name: str,
+    *,
+    node: str,
+    labels: dict[str, str],
+    namespace: str = "kube-system",
+    ready: bool = True,
+    unschedulable: str | None = None,
+) -> dict[str, Any]:
+    """A DaemonSet pod for `node`: pinned by node affinity on metadata.name, as the DaemonSet controller
+    does; bound (nodeName) unless `unschedulable` is the scheduler's message."""
+    spec: dict[str, Any] = {
+        "containers": [{"name": "plugin", "image": "plugin:test"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                }
+            }
+        },
+    }
+    if unschedulable is None:
+        spec["nodeName"] = node
+        conditions = [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "True" if ready else "False"},
+        ]
+        phase = "Running"
+    else:
+        conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}]
+        phase = "Pending"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": spec,
+        "status": {"phase": phase, "conditions": conditions},
+    }
+
+
+class ClusterKube(FakeKube):
+    """FakeKube that also serves `GET /api/v1/nodes` and `GET /api/v1/pods` (all namespaces), both with
+    label selectors, from `script(poll)`: poll counts the node lists served so far (0 for the first),
+    and the script returns (nodes, pods) as they are at that poll, so a test can make them change."""
+
+    def __init__(self, script: Callable[[int], tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> None:
+        super().__init__()
+        self.script = script
+        self.node_polls = 0
+        self._loop.server.RequestHandlerClass = _ClusterHandler
+
+    def state(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return self.script(max(0, self.node_polls - 1))
+
+
+class _ClusterHandler(_Handler):
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path not in ("/api/v1/nodes", "/api/v1/pods"):
+            return super().do_GET()
+        fake = self.fake
+        assert isinstance(fake, ClusterKube)
+        query = parse_qs(url.query, keep_blank_values=True)
+        fake.record(Recorded("GET", url.path, query, self.headers.get("Authorization")))
+        selector = query.get("labelSelector", [""])[0]
+        try:
+            if url.path == "/api/v1/nodes":
+                with fake._lock:
+                    fake.node_polls += 1
+                nodes, _ = fake.state()
+                items, kind = [n for n in nodes if matches(n["metadata"]["labels"], selector)], "NodeList"
+            else:
+                _, pods = fake.state()
+                items, kind = [p for p in pods if matches(p["metadata"]["labels"], selector)], "PodList"
+            self._json(200, {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items})
+        except Exception as exc:
+            fake.handler_errors.append(f"{type(exc).__name__}: {exc}")
+            raise

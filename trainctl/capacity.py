@@ -1,0 +1,735 @@
+"""`trainctl capacity`: in which availability zone can N GPU nodes of a group launch now?
+
+    trainctl capacity --env prod --group p5 --nodes 2                 every zone of prod's region
+    trainctl capacity --env prod --group p5 --regions us-east-1       ... and of another region
+    trainctl capacity --env prod --group p5 --nodes 2 --probe         ... plus a real reservation probe
+
+Per zone, with the caller's credentials:
+
+  OFFERED   EC2 offers the group's instance type there          ec2:DescribeInstanceTypeOfferings
+  QUOTA     On-Demand vCPU quota of the family minus the vCPUs  servicequotas:GetServiceQuota,
+            of running On-Demand instances of it, minus N nodes ec2:DescribeInstances
+            (the headroom; per region)
+  SUBNET    the environment's VPC has a private subnet there    ec2:DescribeVpcs, DescribeSubnets
+            ("planned": not deployed, but the zone is in network.availability_zones)
+  SPOT      Spot placement score (1-10) for N instances: a      ec2:GetSpotPlacementScores
+            HINT about spare capacity, never a verdict
+  PROBE     with --probe only: an On-Demand Capacity            ec2:CreateCapacityReservation,
+            Reservation for N instances, created and cancelled  CancelCapacityReservation,
+            at once; the only definitive answer. It is BILLED   DescribeCapacityReservations
+            at the On-Demand rate for the seconds it exists.
+
+A zone can take the nodes when every column that ran says so; the command recommends one (the
+environment's gpu_availability_zone when it qualifies) and says what to change if it is another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from infra.spec import ENVIRONMENTS, ConfigError, Environment, GpuNodeGroupConfig, get_environment
+from trainctl.aws import (
+    PROBE_TAG,
+    Aws,
+    AwsError,
+    availability_zones,
+    cancel_capacity_reservation,
+    create_capacity_reservation,
+    running_vcpus,
+    spot_placement_scores,
+)
+from trainctl.exit_codes import ExitCode
+from trainctl.output import table, to_json
+from trainctl.preflight import ENVIRONMENT_TAG, _endpoint, _region, quota_for
+
+ENVIRONMENTS_FILE = "infra/spec/environments.py"
+PROBE_LIFETIME = timedelta(hours=1)
+"""EndDate of a probe reservation: if every cancel fails, EC2 still ends it within an hour after this."""
+PROBE_SETTLE_S = 60.0
+"""How long a probe waits for a pending/assessing reservation to become active (or fail)."""
+POLL_S = 2.0
+CANCEL_ATTEMPTS = 4
+ACTIVE = "active"
+CANCELLED = "cancelled"
+SETTLING = frozenset({"pending", "assessing", "delayed"})
+# CreateCapacityReservation's error when EC2 has no capacity for the request (API reference).
+NO_CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity"})
+LIMIT_CODES = frozenset({"InstanceLimitExceeded", "ReservationCapacityExceeded", "VcpuLimitExceeded"})
+
+
+class Verdict(StrEnum):
+    YES = "yes"
+    NO = "no"
+    UNKNOWN = "unknown"
+    """Some column could not be read and none said no."""
+
+
+@dataclass
+class Probe:
+    """One reservation probe; filled in as it goes, so an interrupted probe still says what it did."""
+
+    zone: str
+    region: str
+    reservation_id: str | None = None
+    state: str | None = None
+    """The reservation's state before cancelling (active: capacity was there), or why none was made."""
+    error: str | None = None
+    cancelled: bool = False
+    """Cancellation verified: DescribeCapacityReservations says cancelled."""
+    cancel_error: str | None = None
+    interrupted: bool = False
+
+    @property
+    def left_behind(self) -> bool:
+        return self.reservation_id is not None and not self.cancelled
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.state == ACTIVE:
+            return Verdict.YES
+        if self.state is not None and self.error is None:
+            return Verdict.NO
+        return Verdict.UNKNOWN
+
+    def cancel_command(self) -> str:
+        return (
+            f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {self.reservation_id} "
+            f"--region {self.region}"
+        )
+
+    def describe(self) -> str:
+        if self.reservation_id is None:
+            return self.state or self.error or "-"
+        after = "cancelled" if self.cancelled else "NOT CANCELLED"
+        return f"{self.state} ({self.reservation_id}, {after})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reservation_id": self.reservation_id,
+            "state": self.state,
+            "verdict": self.verdict.value,
+            "error": self.error,
+            "cancelled": self.cancelled,
+            "cancel_error": self.cancel_error,
+            "interrupted": self.interrupted,
+            "cancel_command": self.cancel_command() if self.left_behind else None,
+        }
+
+
+@dataclass
+class Zone:
+    region: str
+    name: str
+    zone_id: str | None = None
+    offered: bool | None = None
+    quota: float | None = None
+    used_vcpus: int | None = None
+    needed_vcpus: int = 0
+    subnet: str | None = None
+    """yes (subnet-...), planned, or no; None: could not tell."""
+    subnet_ok: bool | None = None
+    spot_score: int | None = None
+    probe: Probe | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def headroom(self) -> float | None:
+        if self.quota is None or self.used_vcpus is None:
+            return None
+        return self.quota - self.used_vcpus - self.needed_vcpus
+
+    def checks(self) -> list[bool | None]:
+        headroom = self.headroom
+        found: list[bool | None] = [self.offered, None if headroom is None else headroom >= 0, self.subnet_ok]
+        if self.probe is not None:
+            probe = self.probe.verdict
+            found.append(None if probe is Verdict.UNKNOWN else probe is Verdict.YES)
+        return found
+
+    @property
+    def verdict(self) -> Verdict:
+        checks = self.checks()
+        if any(c is False for c in checks):
+            return Verdict.NO
+        if any(c is None for c in checks):
+            return Verdict.UNKNOWN
+        return Verdict.YES
+
+    def row(self) -> list[str]:
+        headroom = self.headroom
+        quota = "?" if headroom is None else f"{headroom:+g} vCPUs"
+        offered = {True: "yes", False: "no", None: "?"}[self.offered]
+        spot = "-" if self.spot_score is None else f"{self.spot_score}/10"
+        probe = "-" if self.probe is None else self.probe.describe()
+        return [self.region, self.name, offered, quota, self.subnet or "?", spot, probe, self.verdict.value]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "zone": self.name,
+            "zone_id": self.zone_id,
+            "offered": self.offered,
+            "quota_vcpus": self.quota,
+            "running_vcpus": self.used_vcpus,
+            "needed_vcpus": self.needed_vcpus,
+            "headroom_vcpus": self.headroom,
+            "subnet": self.subnet,
+            "subnet_ok": self.subnet_ok,
+            "spot_placement_score": self.spot_score,
+            "probe": None if self.probe is None else self.probe.to_json(),
+            "verdict": self.verdict.value,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class CapacityReport:
+    environment: str
+    group: str | None = None
+    instance_type: str | None = None
+    nodes: int = 0
+    gpu_zone: str | None = None
+    zones: list[Zone] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def probes(self) -> list[Probe]:
+        return [z.probe for z in self.zones if z.probe is not None]
+
+    @property
+    def left_behind(self) -> list[Probe]:
+        return [p for p in self.probes if p.left_behind]
+
+    def recommended(self) -> Zone | None:
+        """A zone that can take the nodes: a probed one first, then the GPU zone, then the best Spot score."""
+        good = [z for z in self.zones if z.verdict is Verdict.YES]
+        if not good:
+            return None
+        return min(
+            good,
+            key=lambda z: (z.probe is None, z.name != self.gpu_zone, -(z.spot_score or 0), z.region, z.name),
+        )
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.errors or self.left_behind or self.interrupted:
+            return ExitCode.ERROR
+        if self.recommended() is not None:
+            return ExitCode.OK
+        if self.zones and all(z.verdict is Verdict.NO for z in self.zones):
+            return ExitCode.CHECK_FAILED
+        return ExitCode.ERROR
+
+    def advice(self, env: Environment | None) -> str | None:
+        best = self.recommended()
+        if best is None or env is None:
+            return None
+        if best.name == self.gpu_zone:
+            return None
+        if best.region != env.region:
+            return (
+                f"environment {env.name} is in {env.region}: to use {best.name}, set region={best.region!r}, "
+                f"network.availability_zones (with {best.name!r}) and gpu_availability_zone={best.name!r} of "
+                f"{env.name} in {ENVIRONMENTS_FILE} (a new VPC and cluster)"
+            )
+        extra = (
+            ""
+            if best.name in env.network.availability_zones
+            else f", and add {best.name!r} to network.availability_zones (a new private subnet)"
+        )
+        return (
+            f"set gpu_availability_zone={best.name!r} for environment {env.name} in {ENVIRONMENTS_FILE}{extra}; "
+            "the GPU node groups move (replaced)"
+            + (
+                " and so does the checkpoint file system (FSx lives in the GPU zone)"
+                if env.add_ons.checkpoint_storage
+                else ""
+            )
+        )
+
+    def summary(self, env: Environment | None) -> str:
+        if self.errors:
+            return f"capacity could not run: {self.errors[0]}"
+        what = f"{self.nodes} x {self.instance_type} (group {self.group})"
+        best = self.recommended()
+        if best is None:
+            unknown = [z.name for z in self.zones if z.verdict is Verdict.UNKNOWN]
+            if unknown:
+                return f"no zone confirmed for {what}; could not tell for {', '.join(unknown)} (see notes)"
+            return f"no zone can take {what} now"
+        how = "probe: reservation active" if best.probe is not None else "offered, quota, subnet; not probed"
+        match = (
+            f"matches gpu_availability_zone ({self.gpu_zone})"
+            if best.name == self.gpu_zone
+            else f"differs from gpu_availability_zone ({self.gpu_zone})"
+        )
+        return f"recommended zone for {what}: {best.name} ({how}); {match}"
+
+    def to_json(self, env: Environment | None = None) -> dict[str, Any]:
+        best = self.recommended()
+        return {
+            "command": "capacity",
+            "environment": self.environment,
+            "group": self.group,
+            "instance_type": self.instance_type,
+            "nodes": self.nodes,
+            "gpu_availability_zone": self.gpu_zone,
+            "recommended_zone": None if best is None else best.name,
+            "recommended_region": None if best is None else best.region,
+            "matches_gpu_availability_zone": None if best is None else best.name == self.gpu_zone,
+            "change": self.advice(env),
+            "exit_code": int(self.exit_code),
+            "summary": self.summary(env),
+            "zones": [z.to_json() for z in self.zones],
+            "spot_placement_score_is_a_hint": True,
+            "left_behind": [p.to_json() for p in self.left_behind],
+            "warnings": list(self.warnings),
+            "errors": list(self.errors),
+        }
+
+    def render(self, env: Environment | None) -> tuple[str, str]:
+        err = [f"warning: {w}" for w in self.warnings] + [f"error: {e}" for e in self.errors]
+        for probe in self.left_behind:
+            err.append(
+                f"ERROR: capacity reservation {probe.reservation_id} in {probe.zone} may still exist and is billed "
+                f"until cancelled ({probe.cancel_error}). Cancel it now: {probe.cancel_command()}"
+            )
+        if self.errors and not self.zones:
+            return "", "".join(f"{line}\n" for line in err)
+        headers = ["REGION", "ZONE", "OFFERED", "QUOTA HEADROOM", "SUBNET", "SPOT (HINT)", "PROBE", "CAN TAKE"]
+        out = [table(headers, [z.row() for z in self.zones]), ""]
+        notes = [f"  {z.name}: {note}" for z in self.zones for note in z.notes]
+        if notes:
+            out += ["notes:", *notes, ""]
+        out.append("SPOT is EC2's Spot placement score for the same count: a hint about spare capacity, not a verdict.")
+        out.append(self.summary(env))
+        change = self.advice(env)
+        if change:
+            out.append(f"to use it: {change}")
+        return "\n".join(out) + "\n", "".join(f"{line}\n" for line in err)
+
+
+# --- the probe ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt as Ctrl-C does, so the probe's `finally` runs (main thread only)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _signals_deferred(say: Callable[[str], None]) -> Iterator[None]:
+    """While cancelling: Ctrl-C and SIGTERM do not cut the cancel short; they are noted and ignored."""
+
+    def noted(signum: int, frame: Any) -> None:
+        say("cancelling the probe reservation first; interrupt noted")
+
+    saved: list[tuple[signal.Signals, Any]] = []
+    try:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            saved.append((number, signal.signal(number, noted)))
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for number, previous in saved:
+            signal.signal(number, previous)
+
+
+def _state(aws: Aws, reservation_id: str) -> str | None:
+    found = aws.capacity_reservation(reservation_id)
+    return None if found is None else str(found.get("State"))
+
+
+def _cancel(
+    aws: Aws, probe: Probe, *, attempts: int, poll_s: float, sleep: Callable[[float], None], say: Callable[[str], None]
+) -> None:
+    """Cancel and verify by describing it; retried, each failure said out loud."""
+    assert probe.reservation_id is not None
+    rid = probe.reservation_id
+    last = "not tried"
+    for attempt in range(1, attempts + 1):
+        try:
+            cancel_capacity_reservation(aws, rid)
+        except AwsError as exc:
+            last = f"{exc.api}: {exc}"
+            if exc.code != "InvalidCapacityReservationId.NotFound":
+                say(f"cancelling {rid} failed (attempt {attempt} of {attempts}): {last}")
+                sleep(poll_s * attempt)
+                continue
+        try:
+            state = _state(aws, rid)
+        except AwsError as exc:
+            last = f"cancel sent, but could not verify it: {exc.api}: {exc}"
+            say(f"{last} (attempt {attempt} of {attempts})")
+            sleep(poll_s * attempt)
+            continue
+        if state == CANCELLED:
+            probe.cancelled = True
+            probe.cancel_error = None
+            return
+        last = f"cancel sent, but the reservation is {state}"
+        say(f"{last} (attempt {attempt} of {attempts})")
+        sleep(poll_s * attempt)
+    probe.cancel_error = last
+
+
+def probe_zone(
+    aws: Aws,
+    *,
+    env_name: str,
+    instance_type: str,
+    zone: str,
+    count: int,
+    say: Callable[[str], None],
+    poll_s: float = POLL_S,
+    settle_s: float = PROBE_SETTLE_S,
+    cancel_attempts: int = CANCEL_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], datetime] = lambda: datetime.now(tz=UTC),
+) -> Probe:
+    """Create an ODCR for `count` x `instance_type` in `zone`, note its state, cancel it (always, verified)."""
+    probe = Probe(zone=zone, region=aws.region)
+    say(
+        f"WARNING: creating an On-Demand Capacity Reservation for {count} x {instance_type} in {zone}. It is billed "
+        "at the On-Demand rate for every second it exists; trainctl cancels it at once and verifies that."
+    )
+    token = f"trainctl-probe-{uuid.uuid4()}"
+    try:
+        with _signals_raise():
+            try:
+                created = create_capacity_reservation(
+                    aws,
+                    instance_type=instance_type,
+                    availability_zone=zone,
+                    count=count,
+                    end_date=now() + PROBE_LIFETIME,
+                    client_token=token,
+                    tags={PROBE_TAG: env_name},
+                )
+            except AwsError as exc:
+                if exc.code in NO_CAPACITY_CODES:
+                    probe.state = "insufficient-capacity"
+                elif exc.code in LIMIT_CODES:
+                    probe.state = "quota-exceeded"
+                else:
+                    probe.error = f"{exc.api}: {exc}"
+                    if exc.code is None:
+                        probe.error += (
+                            "; whether a reservation was made is unknown: aws ec2 describe-capacity-reservations "
+                            f"--filters Name=tag:{PROBE_TAG},Values={env_name} --region {aws.region}"
+                        )
+                return probe
+            probe.reservation_id = str(created["CapacityReservationId"])
+            probe.state = str(created.get("State"))
+            waited = 0.0
+            while probe.state in SETTLING and waited < settle_s:
+                sleep(poll_s)
+                waited += poll_s
+                probe.state = _state(aws, probe.reservation_id) or probe.state
+    except KeyboardInterrupt:
+        probe.interrupted = True
+        if probe.reservation_id is None:
+            # Cut off during CreateCapacityReservation: it may have been made; the tag finds it.
+            probe.error = (
+                "interrupted while creating; check for a reservation left behind: aws ec2 "
+                f"describe-capacity-reservations --filters Name=tag:{PROBE_TAG},Values={env_name} --region {aws.region}"
+            )
+        else:
+            say("interrupted: cancelling the probe reservation before exiting")
+    except AwsError as exc:
+        probe.error = f"{exc.api}: {exc}"
+    finally:
+        if probe.reservation_id is not None:
+            with _signals_deferred(say):
+                _cancel(aws, probe, attempts=cancel_attempts, poll_s=poll_s, sleep=sleep, say=say)
+            if probe.cancelled:
+                say(f"probe reservation {probe.reservation_id} was {probe.state}; cancelled (verified)")
+            else:
+                say(
+                    f"ERROR: probe reservation {probe.reservation_id} could not be cancelled: {probe.cancel_error}. "
+                    f"Cancel it now: {probe.cancel_command()}"
+                )
+    return probe
+
+
+# --- the zones ---------------------------------------------------------------------------------
+
+
+def _default_nodes(group: GpuNodeGroupConfig) -> int:
+    nodes = int(getattr(group, "workload_nodes", 0) or group.scaling.desired_size)
+    return nodes or group.scaling.max_size
+
+
+def _deployed_private_zones(env: Environment, aws: Aws) -> dict[str, str] | None:
+    """Zone -> private subnet id of the environment's deployed VPC; None if it is not deployed."""
+    vpcs = [v for v in aws.vpcs_tagged(ENVIRONMENT_TAG, env.name) if v.get("CidrBlock") == env.network.cidr]
+    if not vpcs:
+        return None
+    subnets = aws.private_subnets(str(vpcs[0]["VpcId"]))
+    return {str(s.get("AvailabilityZone")): str(s.get("SubnetId")) for s in subnets}
+
+
+def _region_zones(
+    env: Environment, group: GpuNodeGroupConfig, nodes: int, aws: Aws, report: CapacityReport
+) -> list[Zone]:
+    region = aws.region
+    try:
+        listed = availability_zones(aws)
+    except AwsError as exc:
+        report.errors.append(f"zones of {region}: {exc.api}: {exc}")
+        return []
+    zones = [
+        Zone(region=region, name=str(z["ZoneName"]), zone_id=z.get("ZoneId"), needed_vcpus=nodes * group.instance.vcpus)
+        for z in sorted(listed, key=lambda z: str(z["ZoneName"]))
+        if z.get("State", "available") == "available"
+    ]
+
+    def each(note: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except AwsError as exc:
+            for zone in zones:
+                zone.notes.append(f"{note} could not be read: {exc.api}: {exc}")
+
+    for zone in zones:
+        try:
+            zone.offered = group.instance_type in aws.offered_instance_types(zone.name, [group.instance_type])
+        except AwsError as exc:
+            zone.notes.append(f"offering could not be read: {exc.api}: {exc}")
+        if zone.offered is False:
+            zone.notes.append(f"{group.instance_type} is not offered here")
+
+    quota = quota_for(group.instance_type)
+
+    def quotas() -> None:
+        if quota is None:
+            for zone in zones:
+                zone.notes.append(f"no On-Demand vCPU quota known for {group.instance_type}; check it by hand")
+            return
+        value = float(aws.service_quota(quota.code)["Value"])
+        used = running_vcpus(aws, quota.families)
+        for zone in zones:
+            zone.quota, zone.used_vcpus = value, used
+            if zone.headroom is not None and zone.headroom < 0:
+                zone.notes.append(
+                    f"{quota.code} ({quota.name}) is {value:g} vCPUs, {used} in use, {zone.needed_vcpus} needed: "
+                    f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {quota.code} "
+                    f"--desired-value {used + zone.needed_vcpus} --region {region}"
+                )
+
+    each("the vCPU quota", quotas)
+
+    def subnets() -> None:
+        if region != env.region:
+            for zone in zones:
+                zone.subnet, zone.subnet_ok = f"no (env in {env.region})", False
+            return
+        deployed = _deployed_private_zones(env, aws)
+        for zone in zones:
+            if deployed is not None:
+                subnet = deployed.get(zone.name)
+                zone.subnet, zone.subnet_ok = (f"yes ({subnet})", True) if subnet else ("no", False)
+                if subnet is None:
+                    zone.notes.append("the deployed VPC has no private subnet here")
+            elif zone.name in env.network.availability_zones:
+                zone.subnet, zone.subnet_ok = "planned", True
+            else:
+                zone.subnet, zone.subnet_ok = "no", False
+                zone.notes.append(f"not in network.availability_zones of {env.name} ({ENVIRONMENTS_FILE})")
+
+    each("the VPC's subnets", subnets)
+
+    def spot() -> None:
+        scores = spot_placement_scores(aws, group.instance_type, nodes, [region])
+        by_id = {str(s.get("AvailabilityZoneId")): s.get("Score") for s in scores if s.get("Region") in (None, region)}
+        for zone in zones:
+            score = by_id.get(str(zone.zone_id))
+            zone.spot_score = None if score is None else int(score)
+
+    try:
+        spot()
+    except AwsError as exc:
+        report.warnings.append(f"Spot placement scores of {region} not available (a hint only): {exc.api}: {exc}")
+    return zones
+
+
+def find_capacity(
+    env_name: str,
+    *,
+    group_name: str | None = None,
+    nodes: int | None = None,
+    regions: Sequence[str] = (),
+    probe: bool = False,
+    profile: str | None = None,
+    endpoint_urls: Mapping[str, str] | None = None,
+    say: Callable[[str], None] = lambda message: None,
+    poll_s: float = POLL_S,
+    settle_s: float = PROBE_SETTLE_S,
+    sleep: Callable[[float], None] = time.sleep,
+    session: Any = None,
+) -> tuple[CapacityReport, Environment | None]:
+    report = CapacityReport(env_name)
+    try:
+        env = get_environment(env_name)
+    except ConfigError as exc:
+        report.errors.append(
+            f"unknown environment {env_name!r}; known: {exc.allowed} (declared in {ENVIRONMENTS_FILE})"
+        )
+        return report, None
+    groups = {g.name: g for g in env.gpu_node_groups}
+    if group_name is None and len(groups) == 1:
+        group_name = next(iter(groups))
+    if group_name not in groups:
+        given = "no --group" if group_name is None else f"--group {group_name!r}"
+        report.errors.append(
+            f"{given}: environment {env.name} has GPU node groups {sorted(groups) or 'none'} ({ENVIRONMENTS_FILE})"
+        )
+        return report, env
+    group = groups[group_name]
+    count = _default_nodes(group) if nodes is None else nodes
+    report.group, report.instance_type, report.nodes, report.gpu_zone = (
+        group.name,
+        group.instance_type,
+        count,
+        env.gpu_availability_zone,
+    )
+    if not 1 <= count <= group.scaling.max_size:
+        report.warnings.append(
+            f"--nodes {count} is outside 1..{group.scaling.max_size} (scaling.max_size of group {group.name} in "
+            f"{ENVIRONMENTS_FILE}); checked anyway"
+        )
+    for region in dict.fromkeys([env.region, *regions]):
+        aws = Aws(region=region, profile=profile, endpoint_urls=endpoint_urls, session=session)
+        say(f"checking the zones of {region}")
+        zones = _region_zones(env, group, count, aws, report)
+        report.zones.extend(zones)
+        if not probe:
+            continue
+        for zone in zones:
+            if report.interrupted:
+                break
+            if zone.verdict is Verdict.NO:
+                zone.notes.append("not probed: another column already says no")
+                continue
+            zone.probe = probe_zone(
+                aws,
+                env_name=env.name,
+                instance_type=group.instance_type,
+                zone=zone.name,
+                count=count,
+                say=say,
+                poll_s=poll_s,
+                settle_s=settle_s,
+                sleep=sleep,
+            )
+            if zone.probe.error:
+                zone.notes.append(f"probe: {zone.probe.error}")
+            report.interrupted = zone.probe.interrupted
+    if report.interrupted:
+        report.warnings.append("interrupted: the remaining zones were not probed")
+    return report, env
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "capacity",
+        help="where N GPU nodes of a group can launch now: offering, vCPU quota, subnet, Spot score, "
+        "and with --probe a reservation created and cancelled at once",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: 0 a zone can take the nodes (recommended), 1 no zone can, 2 could not run "
+        "(bad arguments, unknown environment or group, no zone could be judged, interrupted, or a probe "
+        "reservation could not be cancelled: its id and the command to cancel it are printed)",
+    )
+    parser.add_argument("--env", required=True, metavar="NAME", help=f"the environment: {', '.join(ENVIRONMENTS)}")
+    parser.add_argument("--group", metavar="NAME", help="the GPU node group (default: the only one)")
+    parser.add_argument(
+        "--nodes",
+        type=_positive,
+        metavar="N",
+        help="how many nodes (default: the group's workload nodes, else its desired size)",
+    )
+    parser.add_argument(
+        "--regions", nargs="+", type=_region, default=[], metavar="REGION", help="other regions to look at too"
+    )
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="create an On-Demand Capacity Reservation for N nodes in each candidate zone and cancel it at once "
+        "(billed for the seconds it exists)",
+    )
+    parser.add_argument("--profile", help="the AWS profile (default: boto3's choice, e.g. AWS_PROFILE)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument(
+        "--endpoint-url",
+        type=_endpoint,
+        action="append",
+        default=[],
+        metavar="[SERVICE=]URL",
+        help="send requests to another endpoint (ec2, service-quotas), e.g. a local emulator; repeatable",
+    )
+    parser.set_defaults(run=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected at least 1 node")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    def say(message: str) -> None:
+        sys.stderr.write(f"trainctl: {message}\n")
+        sys.stderr.flush()
+
+    report, env = find_capacity(
+        args.env,
+        group_name=args.group,
+        nodes=args.nodes,
+        regions=args.regions,
+        probe=args.probe,
+        profile=args.profile,
+        endpoint_urls=dict(args.endpoint_url),
+        say=say,
+    )
+    out, err = report.render(env)
+    if args.json:
+        sys.stdout.write(to_json(report.to_json(env)) + "\n")
+    else:
+        sys.stdout.write(out)
+    sys.stderr.write(err)
+    return int(report.exit_code)
