@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from trainctl import capacity, fabric_check, logs, pin, preflight, scale, status, submit
 from trainctl.exit_codes import ExitCode
+from trainctl.rehearse import command as rehearse
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     pin.add_parser,
@@ -22,6 +23,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     logs.add_parser,
     capacity.add_parser,
     scale.add_parser,
+    rehearse.add_parser,
 )
 
 

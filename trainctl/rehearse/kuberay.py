@@ -1,0 +1,412 @@
+"""RayCluster and RayJob as KubeRay v1.7.0 runs them, on rehearsal pods.
+
+Mirrored from ray-project/kuberay at tag v1.7.0 (read there, cited per fact):
+- ray-operator/controllers/ray/common/pod.go: the Ray container's command becomes
+  `/bin/bash -c -- "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start [--head] <params>"`
+  (generateRayStartCommand, convertParamMap: flags sorted, "true" values as bare switches); missing
+  params: `num-cpus` from the CPU limit (else request), `memory` from the memory limit in bytes, GPUs
+  from `nvidia.com/gpu`, `metrics-export-port=8080`, `block`, `dashboard-agent-listen-port=52365`,
+  head `dashboard-host=0.0.0.0`, worker `address=<FQDN of the head Service>:6379`
+  (setMissingRayStartParams); injected env RAY_CLUSTER_NAME, RAY_CLUSTER_NAMESPACE,
+  RAY_CLOUD_INSTANCE_ID, RAY_NODE_TYPE_NAME, KUBERAY_GEN_RAY_START_CMD, RAY_PORT, RAY_ADDRESS
+  (head 127.0.0.1:6379, worker FQ_RAY_IP:6379), FQ_RAY_IP and RAY_IP on workers,
+  RAY_USAGE_STATS_KUBERAY_IN_USE=1 (setContainerEnvVars); workers get the `wait-gcs-ready` init
+  container that loops on `ray health-check` against the head.
+- ray-operator/controllers/ray/utils/util.go: pod names `<cluster>-head-<5>` and
+  `<cluster>-<group>-worker-<5>` (PodName), head Service `<cluster>-head-svc` (GenerateHeadServiceName),
+  its FQDN `<svc>.<ns>.svc.cluster.local` (GenerateFQDNServiceName), a RayJob's cluster
+  `<rayjob>-<5>` (GenerateRayClusterName) and job id `<rayjob>-<5>` (GenerateRayJobId).
+- ray-operator/controllers/ray/common/job.go (BuildJobSubmitCommand, K8sJobMode) and
+  rayjob_controller.go (configureSubmitterContainer): the submitter is a Job named after the RayJob
+  whose container runs `/bin/bash -ce --` with: wait for the dashboard's `api/gcs_healthz`, then
+  `ray job submit --address http://<head-svc FQDN>:8265 --no-wait --runtime-env-json ... --submission-id
+  <id> -- <entrypoint>` unless `ray job status` knows the id, then `ray job logs --follow`; env
+  RAY_DASHBOARD_ADDRESS, RAY_JOB_SUBMISSION_ID, PYTHONUNBUFFERED=1. The RayJob's jobStatus is the Ray
+  job's status read from the dashboard; jobDeploymentStatus Complete, or Failed when the Ray job
+  FAILED (reason AppFailed) or the deadline passed; shutdownAfterJobFinishes deletes the cluster.
+
+Rehearsal differences (reported): `num-gpus` is 0 whatever the limit (CPU rehearsal), and the
+dashboard is read from inside the head pod's network namespace (KubeRay reads it through the Service).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from trainctl.rehearse.jobs import JobController
+from trainctl.rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, Runtime, random_suffix
+
+GCS_PORT = 6379
+DASHBOARD_PORT = 8265
+METRICS_PORT = 8080
+DASHBOARD_AGENT_LISTEN_PORT = 52365
+RAY_CONTAINER = 0
+TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
+# What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
+SUBMITTER_BACKOFF_LIMIT = 2
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity(text: str | int) -> float:
+    """A Kubernetes resource quantity as a number (CPU cores or bytes)."""
+    value = str(text)
+    if value.endswith("m"):
+        return float(value[:-1]) / 1000
+    for table in (_BINARY, _DECIMAL):
+        for suffix, factor in table.items():
+            if value.endswith(suffix):
+                return float(value[: -len(suffix)]) * factor
+    return float(value)
+
+
+def convert_params(params: dict[str, str]) -> str:
+    flags = []
+    for key in sorted(params):
+        value = str(params[key])
+        if value.lower() in ("true", "false") and key not in ("log-color", "include-dashboard", "include-log-monitor"):
+            if value.lower() == "true":
+                flags.append(f"--{key}")
+        else:
+            flags.append(f"--{key}={value}")
+    return " ".join(flags)
+
+
+@dataclass
+class RayClusterPods:
+    """The pods of one RayCluster spec, built as KubeRay builds them."""
+
+    name: str
+    namespace: str
+    spec: dict[str, Any]
+    workload: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def head_service(self) -> str:
+        return f"{self.name}-head-svc"
+
+    @property
+    def head_fqdn(self) -> str:
+        return f"{self.head_service}.{self.namespace}.svc.{CLUSTER_DOMAIN}"
+
+    def services(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "metadata": {"name": self.head_service, "namespace": self.namespace},
+                "spec": {"selector": {"ray.io/cluster": self.name, "ray.io/node-type": "head"}},
+            }
+        ]
+
+    def _start_params(self, node_type: str, params: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+        result = {k: str(v) for k, v in params.items()}
+        resources = container.get("resources", {})
+        limits, requests = resources.get("limits", {}), resources.get("requests", {})
+        if node_type == "worker":
+            result.setdefault("address", f"{self.head_fqdn}:{GCS_PORT}")
+        else:
+            result.setdefault("dashboard-host", "0.0.0.0")
+        result.setdefault("metrics-export-port", str(METRICS_PORT))
+        result["block"] = "true"
+        result.setdefault("dashboard-agent-listen-port", str(DASHBOARD_AGENT_LISTEN_PORT))
+        cpu = limits.get("cpu") or requests.get("cpu")
+        if "num-cpus" not in result and cpu:
+            result["num-cpus"] = str(int(quantity(cpu)))
+        if "memory" not in result and limits.get("memory"):
+            result["memory"] = str(int(quantity(limits["memory"])))
+        gpus = result.get("num-gpus") or limits.get("nvidia.com/gpu")
+        if gpus and str(gpus) != "0":
+            self.notes.append(f"{node_type} num-gpus {gpus} -> 0 (CPU rehearsal)")
+        if gpus is not None:
+            result["num-gpus"] = "0"
+        return result
+
+    def plan(self, node_type: str, group: dict[str, Any]) -> PodPlan:
+        template = copy.deepcopy(group["template"])
+        spec = template["spec"]
+        container = spec["containers"][RAY_CONTAINER]
+        group_name = "headgroup" if node_type == "head" else group["groupName"]
+        name = (
+            f"{self.name}-head-{random_suffix()}"
+            if node_type == "head"
+            else f"{self.name}-{group_name}-worker-{random_suffix()}"
+        )
+        params = self._start_params(node_type, group.get("rayStartParams", {}), container)
+        ray_start = f"ray start{' --head' if node_type == 'head' else ''} {convert_params(params)}"
+        command = f"ulimit -n ${{RAY_START_ULIMIT_OPEN_FILES:-65536}}; {ray_start}"
+        user_cmd = " ".join([*container.get("command", []), *container.get("args", [])])
+        if "ray start" not in user_cmd:
+            container["command"] = ["/bin/bash", "-c", "--"]
+            container["args"] = [f"{user_cmd} && {command}" if user_cmd else command]
+        address = "127.0.0.1" if node_type == "head" else self.head_fqdn
+        env = [
+            {"name": "RAY_CLUSTER_NAME", "value": self.name},
+            {"name": "RAY_CLUSTER_NAMESPACE", "value": self.namespace},
+            {"name": "RAY_CLOUD_INSTANCE_ID", "value": name},
+            {"name": "RAY_NODE_TYPE_NAME", "value": group_name},
+            {"name": "KUBERAY_GEN_RAY_START_CMD", "value": ray_start},
+            {"name": "RAY_PORT", "value": str(GCS_PORT)},
+            {"name": "RAY_ADDRESS", "value": f"{address}:{GCS_PORT}"},
+            {"name": "RAY_USAGE_STATS_KUBERAY_IN_USE", "value": "1"},
+            {"name": "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "value": "1"},
+        ]
+        if node_type == "worker":
+            env += [
+                {"name": "FQ_RAY_IP", "value": self.head_fqdn},
+                {"name": "RAY_IP", "value": self.head_service},
+            ]
+            wait = (
+                "SECONDS=0; while true; do "
+                f"if ray health-check --address {self.head_fqdn}:{GCS_PORT} > /dev/null 2>&1; then "
+                'echo "GCS is ready."; break; fi; '
+                'echo "$SECONDS seconds elapsed: Waiting for GCS to be ready."; sleep 5; done'
+            )
+            spec["initContainers"] = [
+                {
+                    "name": "wait-gcs-ready",
+                    "image": container.get("image"),
+                    "command": ["/bin/bash", "-c", "--"],
+                    "args": [wait],
+                    "env": list(container.get("env", [])),
+                    "volumeMounts": list(container.get("volumeMounts", [])),
+                },
+                *spec.get("initContainers", []),
+            ]
+        container["env"] = [*container.get("env", []), *env]
+        # RayCluster pods are restartPolicy Always by default: a failed Ray container restarts in place.
+        spec.setdefault("restartPolicy", "Always")
+        labels = {
+            **template.get("metadata", {}).get("labels", {}),
+            "ray.io/cluster": self.name,
+            "ray.io/node-type": node_type,
+            "ray.io/group": group_name,
+        }
+        return PodPlan(name=name, namespace=self.namespace, spec=spec, workload=self.workload, labels=labels)
+
+    def plans(self) -> list[PodPlan]:
+        plans = [self.plan("head", self.spec["headGroupSpec"])]
+        for group in self.spec.get("workerGroupSpecs", []):
+            if group.get("suspend"):
+                continue
+            plans += [self.plan("worker", group) for _ in range(int(group.get("replicas", 1)))]
+        return plans
+
+
+def dashboard_get(runtime: Runtime, head: Pod, path: str) -> dict[str, Any] | None:
+    """GET the head's dashboard API from inside the head pod's network namespace."""
+    url = f"http://{'127.0.0.1' if runtime.network.isolated else head.address}:{DASHBOARD_PORT}/{path}"
+    code = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
+    argv = [sys.executable, "-c", code]
+    if runtime.network.isolated:
+        argv = ["nsenter", f"--net=/proc/{head.process.pid}/ns/net", *argv]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    if result.returncode != 0:
+        return None
+    try:
+        data: dict[str, Any] = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return None
+    return data
+
+
+@dataclass
+class RayClusterController:
+    """A standalone RayCluster: brought up, Ready once every Ray node has joined the head, torn down."""
+
+    obj: dict[str, Any]
+    kind: str = "RayCluster"
+    pods: list[Pod] = field(default_factory=list)
+    started: float = 0.0
+    finished: float | None = None
+    status: str = "Pending"
+    message: str = ""
+    _last_probe: float = 0.0
+
+    def __post_init__(self) -> None:
+        meta = self.obj["metadata"]
+        self.name = meta["name"]
+        self.namespace = meta.get("namespace", "default")
+        self.cluster = RayClusterPods(self.name, self.namespace, self.obj["spec"], f"RayCluster/{self.name}")
+        self.services = self.cluster.services()
+        self.notes = self.cluster.notes
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None and not any(p.running for p in self.pods)
+
+    def start(self, runtime: Runtime) -> None:
+        self.started = time.monotonic()
+        self.pods = [runtime.start(plan) for plan in self.cluster.plans()]
+
+    def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
+        if self.finished is None and not pod.deleted_by_controller:
+            self._end(runtime, "Failed", f"pod {pod.name} ended with exit codes {pod.exit_codes}")
+
+    def _end(self, runtime: Runtime, status: str, message: str) -> None:
+        self.status, self.message, self.finished = status, message, time.monotonic()
+        for pod in self.pods:
+            pod.deleted_by_controller = True
+            runtime.kill(pod)
+
+    def tick(self, runtime: Runtime) -> None:
+        if self.finished is not None or time.monotonic() - self._last_probe < 2:
+            return
+        self._last_probe = time.monotonic()
+        nodes = dashboard_get(runtime, self.pods[0], "nodes?view=summary")
+        if nodes is None:
+            return
+        alive = [n for n in nodes.get("data", {}).get("summary", []) if n.get("raylet", {}).get("state") == "ALIVE"]
+        if len(alive) == len(self.pods):
+            self._end(runtime, "Ready", f"{len(alive)} Ray nodes joined; torn down after the check")
+
+    def state(self) -> tuple[str, str]:
+        return self.status, self.message
+
+
+@dataclass
+class RayJobController:
+    obj: dict[str, Any]
+    backoff_base_s: float = 10.0
+    kind: str = "RayJob"
+    pods: list[Pod] = field(default_factory=list)
+    started: float = 0.0
+    finished: float | None = None
+    job_status: str = "NEW"
+    deployment_status: str = "Initializing"
+    message: str = ""
+    submitter: JobController | None = None
+
+    def __post_init__(self) -> None:
+        meta, spec = self.obj["metadata"], self.obj["spec"]
+        self.name = meta["name"]
+        self.namespace = meta.get("namespace", "default")
+        self.spec = spec
+        self.cluster = RayClusterPods(
+            f"{self.name}-{random_suffix()}", self.namespace, spec["rayClusterSpec"], f"RayJob/{self.name}"
+        )
+        self.job_id = f"{self.name}-{random_suffix()}"
+        self.services = self.cluster.services()
+        self.notes = self.cluster.notes
+        self.cluster_pods: list[Pod] = []
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None and not any(p.running for p in self.pods)
+
+    def start(self, runtime: Runtime) -> None:
+        self.started = time.monotonic()
+        self.cluster_pods = [runtime.start(plan) for plan in self.cluster.plans()]
+        self.pods = list(self.cluster_pods)
+        self.deployment_status = "Running"
+        # Every cluster pod is running at once here, which is KubeRay's cue to create the submitter.
+        self.submitter = JobController(self._submitter_job(), backoff_base_s=self.backoff_base_s)
+        self.submitter.start(runtime)
+        self.pods += self.submitter.pods
+
+    def _submit_command(self) -> str:
+        address = f"http://{self.cluster.head_fqdn}:{DASHBOARD_PORT}"
+        health = (
+            'python -c "import urllib.request; r=urllib.request.urlopen('
+            f"'{address}/api/gcs_healthz', timeout=10); exit(0 if b'success' in r.read() else 1)\""
+        )
+        submit = ["ray", "job", "submit", "--address", address, "--no-wait"]
+        runtime_env = self.spec.get("runtimeEnvYAML")
+        if runtime_env:
+            submit += ["--runtime-env-json", shlex.quote(json.dumps(yaml.safe_load(runtime_env)))]
+        if self.spec.get("metadata"):
+            submit += ["--metadata-json", shlex.quote(json.dumps(self.spec["metadata"]))]
+        submit += ["--submission-id", self.job_id, "--", self.spec["entrypoint"].strip()]
+        return " ".join(
+            [
+                f"until {health} >/dev/null 2>&1 ; do echo "
+                f'"Waiting for Ray Dashboard GCS to become healthy at {address} ..." ; sleep 2 ; done ;',
+                f"if ! ray job status --address {address} {self.job_id} >/dev/null 2>&1 ; then",
+                " ".join(submit),
+                "; fi ;",
+                f"ray job logs --address {address} --follow {self.job_id}",
+            ]
+        )
+
+    def _submitter_job(self) -> dict[str, Any]:
+        template = copy.deepcopy(self.spec.get("submitterPodTemplate") or {"spec": {"restartPolicy": "Never"}})
+        spec = template["spec"]
+        if not spec.get("containers"):
+            head = self.cluster.spec["headGroupSpec"]["template"]["spec"]["containers"][RAY_CONTAINER]
+            spec["containers"] = [{"name": "ray-job-submitter", "image": head.get("image")}]
+        container = spec["containers"][0]
+        if not container.get("command"):
+            container["command"] = ["/bin/bash", "-ce", "--"]
+            container["args"] = [self._submit_command()]
+        container["env"] = [
+            *container.get("env", []),
+            {"name": "RAY_DASHBOARD_ADDRESS", "value": f"{self.cluster.head_fqdn}:{DASHBOARD_PORT}"},
+            {"name": "RAY_JOB_SUBMISSION_ID", "value": self.job_id},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ]
+        backoff = (self.spec.get("submitterConfig") or {}).get("backoffLimit", SUBMITTER_BACKOFF_LIMIT)
+        return {
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {"backoffLimit": backoff, "template": template},
+        }
+
+    def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
+        if self.finished is not None or pod.deleted_by_controller:
+            return
+        assert self.submitter is not None
+        if pod in self.cluster_pods:
+            # Restarted in place under restartPolicy Always on a cluster; a head loss ends the job here.
+            self._finish(runtime, "Failed", f"Ray pod {pod.name} ended (exit codes {pod.exit_codes})")
+            return
+        self.submitter.on_pod_end(runtime, pod)
+        self.pods += [p for p in self.submitter.pods if p not in self.pods]
+
+    def _finish(self, runtime: Runtime, deployment: str, message: str) -> None:
+        self.deployment_status, self.message, self.finished = deployment, message, time.monotonic()
+        if self.submitter is not None:
+            for pod in self.submitter.active:
+                pod.deleted_by_controller = True
+                runtime.kill(pod)
+        if not self.spec.get("shutdownAfterJobFinishes", False):
+            self.notes.append("shutdownAfterJobFinishes is false: KubeRay would keep the cluster; torn down here")
+        for pod in self.cluster_pods:
+            pod.deleted_by_controller = True
+            runtime.kill(pod)
+
+    def tick(self, runtime: Runtime) -> None:
+        if self.finished is not None or self.submitter is None:
+            return
+        deadline = self.spec.get("activeDeadlineSeconds")
+        if deadline is not None and time.monotonic() - self.started > deadline:
+            self._finish(runtime, "Failed", "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds")
+            return
+        self.submitter.tick(runtime)
+        self.pods += [p for p in self.submitter.pods if p not in self.pods]
+        if not self.submitter.done:
+            return
+        info = dashboard_get(runtime, self.cluster_pods[0], f"api/jobs/{self.job_id}")
+        if info is not None:
+            self.job_status = str(info.get("status", "UNKNOWN"))
+            self.message = str(info.get("message") or "")
+        if self.job_status in TERMINAL_JOB_STATUSES:
+            failed = self.job_status == "FAILED"
+            self._finish(runtime, "Failed" if failed else "Complete", self.message)
+        else:
+            condition = self.submitter.condition
+            reason = f"{condition.reason}: {condition.message}" if condition else "submitter ended"
+            self._finish(runtime, "Failed", f"submitter Job {reason}; Ray job status {self.job_status}")
+
+    def state(self) -> tuple[str, str]:
+        return self.deployment_status, f"jobStatus {self.job_status}: {self.message}".strip()

@@ -1,0 +1,498 @@
+"""The pod runtime: start, watch and kill pods, each an isolated process tree (see podinit.py).
+
+What a pod gets here, and what stands in for the cluster:
+- volumes: emptyDir = a directory private to the pod under the run's output directory (a tmpfs for
+  `medium: Memory`); persistentVolumeClaim = one directory per (namespace, claim name), shared by
+  every pod that mounts it; configMap = the ConfigMap's keys as files (`items` and `subPath`
+  honoured, read-only) from an object of the same files; missing mount points are created on the
+  host as empty directories (they are left there: removing one that is a mount point in another
+  rehearsal's namespace would detach that mount);
+- DNS: a per-pod /etc/hosts rewritten in place (same inode, which is what the bind mount follows)
+  whenever pods come or go, with the names the cluster DNS would answer (pod A records through a
+  headless Service: `<hostname>.<subdomain>.<ns>.svc.cluster.local`; Services:
+  `<svc>.<ns>.svc.cluster.local`, `<svc>.<ns>.svc`, `<svc>.<ns>` and, in the same namespace, `<svc>`);
+  a Service's name maps straight to its pods' addresses (no virtual ClusterIP, no kube-proxy);
+- the image is not pulled: containers run with this machine's Python environment (its bin first on
+  PATH), the image is reported beside the pod; GPU and EFA requests are reported, not satisfied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainctl.rehearse.network import Network
+from training.rehearsal import REHEARSAL_CPU, REHEARSAL_ENV
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_DOMAIN = "cluster.local"
+ACCELERATORS = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
+# Each pod mounts its own tmpfs on these (podinit.py).
+POD_PRIVATE_DIRS = (Path("/tmp"), Path("/dev/shm"), Path("/root"))
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alphabet
+
+
+class PodSetupError(RuntimeError):
+    """A pod that could not be created (bad volume, missing ConfigMap, no command)."""
+
+
+def random_suffix() -> str:
+    return "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+
+
+@dataclass
+class PodPlan:
+    """A pod to create: metadata chosen by its controller and the pod spec from the manifest."""
+
+    name: str
+    namespace: str
+    spec: dict[str, Any]
+    workload: str
+    hostname: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def pod_hostname(self) -> str:
+        return self.spec.get("hostname") or self.hostname or self.name[:63]
+
+
+@dataclass
+class Pod:
+    plan: PodPlan
+    address: str
+    directory: Path
+    process: subprocess.Popen[bytes]
+    started: float
+    images: list[str]
+    hosts_file: Path
+    ended: float | None = None
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    restarts: int = 0
+    phase: str = "Running"
+    conditions: list[dict[str, str]] = field(default_factory=list)
+    deleted_by_controller: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def running(self) -> bool:
+        return self.ended is None
+
+    def read_status(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((self.directory / "status.json").read_text() or "{}")
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return data
+
+    def refresh(self) -> None:
+        status = self.read_status()
+        containers = status.get("containers", {})
+        self.restarts = sum(int(c.get("restarts", 0)) for c in containers.values())
+        for name, c in {**status.get("init", {}), **containers}.items():
+            self.exit_codes[name] = c.get("exit_code")
+
+    def log(self, container: str | None = None) -> str:
+        names = [container] if container else [c["name"] for c in self.plan.spec["containers"]]
+        return "".join(
+            (self.directory / f"{n}.log").read_text(errors="replace")
+            for n in names
+            if (self.directory / f"{n}.log").exists()
+        )
+
+
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion in env values, command and args ($$ escapes; unknown stays)."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR_REF.sub(sub, text)
+
+
+_FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+class Runtime:
+    """Pods of one rehearsal run; `poll()` returns the pods that ended since the last call."""
+
+    def __init__(
+        self,
+        *,
+        output_dir: Path,
+        network: Network,
+        configmaps: Mapping[tuple[str, str], Mapping[str, str]],
+        services: list[dict[str, Any]],
+        host_paths: Iterable[Path] = (),
+        log: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.output_dir = output_dir
+        self.network = network
+        self.configmaps = configmaps
+        self.services = services
+        # The Python environment the containers run with, where a pod's own /tmp or /root would hide it.
+        runtime_paths = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+        hidden = [p for p in runtime_paths if any(p.is_relative_to(d) for d in POD_PRIVATE_DIRS)]
+        self.host_paths = tuple(dict.fromkeys([*(Path(p).resolve() for p in host_paths), *sorted(hidden)]))
+        self.pods: dict[str, Pod] = {}
+        self.log = log
+        self.venv_bin = str(Path(sys.executable).parent)
+
+    # -- DNS -------------------------------------------------------------------------------
+    def _endpoints(self, service: dict[str, Any]) -> list[Pod]:
+        selector = service.get("spec", {}).get("selector") or {}
+        namespace = service["metadata"].get("namespace", "default")
+        return [
+            p
+            for p in self.pods.values()
+            if p.running
+            and p.plan.namespace == namespace
+            and selector
+            and all(p.plan.labels.get(k) == v for k, v in selector.items())
+        ]
+
+    def hosts_for(self, pod: Pod) -> str:
+        ns = pod.plan.namespace
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        own = [pod.plan.pod_hostname]
+        subdomain = pod.plan.spec.get("subdomain")
+        if subdomain:
+            own.insert(0, f"{pod.plan.pod_hostname}.{subdomain}.{ns}.svc.{CLUSTER_DOMAIN}")
+        lines.append(f"{pod.address}\t{' '.join(own)}")
+        for service in self.services:
+            svc = service["metadata"]["name"]
+            svc_ns = service["metadata"].get("namespace", "default")
+            names = [f"{svc}.{svc_ns}.svc.{CLUSTER_DOMAIN}", f"{svc}.{svc_ns}.svc", f"{svc}.{svc_ns}"]
+            if svc_ns == ns:
+                names.append(svc)
+            headless = service.get("spec", {}).get("clusterIP") == "None"
+            for endpoint in self._endpoints(service):
+                lines.append(f"{endpoint.address}\t{' '.join(names)}")
+                if headless and endpoint.plan.spec.get("subdomain") == svc and endpoint is not pod:
+                    h = endpoint.plan.pod_hostname
+                    pod_names = [f"{h}.{svc}.{svc_ns}.svc.{CLUSTER_DOMAIN}", f"{h}.{svc}.{svc_ns}.svc"]
+                    if svc_ns == ns:
+                        pod_names.append(f"{h}.{svc}")
+                    lines.append(f"{endpoint.address}\t{' '.join(pod_names)}")
+        return "\n".join(lines) + "\n"
+
+    def refresh_hosts(self) -> None:
+        for pod in self.pods.values():
+            if pod.running:
+                # In place: the pod's /etc/hosts is a bind mount of this inode.
+                with pod.hosts_file.open("r+") as f:
+                    f.truncate(0)
+                    f.write(self.hosts_for(pod))
+
+    # -- pod creation ----------------------------------------------------------------------
+    def _field(self, plan: PodPlan, address: str, path: str) -> str:
+        simple = {
+            "metadata.name": plan.name,
+            "metadata.namespace": plan.namespace,
+            "status.podIP": address,
+            "status.podIPs": address,
+            "status.hostIP": address,
+            "spec.nodeName": "rehearsal",
+            "spec.serviceAccountName": plan.spec.get("serviceAccountName", "default"),
+        }
+        if path in simple:
+            return simple[path]
+        m = _FIELD_LABEL.match(path)
+        if m:
+            source = plan.labels if m.group(1) == "labels" else plan.annotations
+            return source.get(m.group(2), "")
+        raise PodSetupError(f"pod {plan.name}: env fieldRef {path!r} is not supported by the rehearsal")
+
+    def _env(self, plan: PodPlan, container: dict[str, Any], address: str) -> dict[str, str]:
+        env = {
+            "PATH": f"{self.venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "HOSTNAME": plan.pod_hostname,
+            "LANG": "C.UTF-8",
+        }
+        for source in container.get("envFrom", []):
+            ref = source.get("configMapRef")
+            if ref is None:
+                raise PodSetupError(f"pod {plan.name}: envFrom {source} is not supported by the rehearsal")
+            data = self.configmaps.get((plan.namespace, ref["name"]))
+            if data is None:
+                raise PodSetupError(f"pod {plan.name}: ConfigMap {ref['name']!r} is not in the files")
+            env.update({f"{source.get('prefix', '')}{k}": v for k, v in data.items()})
+        for item in container.get("env", []):
+            name = item["name"]
+            if "value" in item:
+                env[name] = expand(str(item["value"]), env)
+            elif "valueFrom" in item:
+                source = item["valueFrom"]
+                if "fieldRef" in source:
+                    env[name] = self._field(plan, address, source["fieldRef"]["fieldPath"])
+                elif "configMapKeyRef" in source:
+                    ref = source["configMapKeyRef"]
+                    env[name] = self.configmaps.get((plan.namespace, ref["name"]), {}).get(ref["key"], "")
+                else:
+                    raise PodSetupError(f"pod {plan.name}: env {name} valueFrom {sorted(source)} is not supported")
+            else:
+                env[name] = ""
+        env.update(plan.extra_env)
+        # CPU rehearsal is explicit: training/rehearsal.py documents what the training code does with it.
+        env[REHEARSAL_ENV] = REHEARSAL_CPU
+        return env
+
+    def _container(self, plan: PodPlan, container: dict[str, Any], address: str, directory: Path) -> dict[str, Any]:
+        env = self._env(plan, container, address)
+        argv = [expand(str(a), env) for a in [*container.get("command", []), *container.get("args", [])]]
+        if not container.get("command"):
+            raise PodSetupError(
+                f"pod {plan.name}: container {container['name']!r} has no command; the rehearsal cannot know "
+                f"the entrypoint of image {container.get('image')!r}"
+            )
+        return {
+            "name": container["name"],
+            "argv": argv,
+            "env": env,
+            "cwd": container.get("workingDir", "/"),
+            "log": str(directory / f"{container['name']}.log"),
+        }
+
+    def _volumes(self, plan: PodPlan, directory: Path) -> dict[str, dict[str, Any]]:
+        sources: dict[str, dict[str, Any]] = {}
+        for volume in plan.spec.get("volumes", []):
+            name = volume["name"]
+            if "emptyDir" in volume:
+                empty = volume["emptyDir"] or {}
+                if empty.get("medium") == "Memory":
+                    size = empty.get("sizeLimit")
+                    sources[name] = {"kind": "tmpfs", "options": f"size={_tmpfs_size(size)}" if size else None}
+                else:
+                    path = directory / "volumes" / name
+                    path.mkdir(parents=True, exist_ok=True)
+                    sources[name] = {"kind": "bind", "source": str(path)}
+            elif "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"]["claimName"]
+                path = self.output_dir / "claims" / plan.namespace / claim
+                path.mkdir(parents=True, exist_ok=True)
+                sources[name] = {"kind": "bind", "source": str(path)}
+            elif "configMap" in volume:
+                ref = volume["configMap"]
+                data = self.configmaps.get((plan.namespace, ref["name"]))
+                if data is None:
+                    if ref.get("optional"):
+                        data = {}
+                    else:
+                        raise PodSetupError(
+                            f"pod {plan.name}: volume {name!r} needs ConfigMap {plan.namespace}/{ref['name']}, "
+                            "which is not in the files given"
+                        )
+                path = directory / "configmaps" / name
+                items = ref.get("items") or [{"key": k, "path": k} for k in data]
+                for item in items:
+                    if item["key"] not in data:
+                        raise PodSetupError(f"pod {plan.name}: ConfigMap {ref['name']!r} has no key {item['key']!r}")
+                    target = path / item["path"]
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(data[item["key"]])
+                path.mkdir(parents=True, exist_ok=True)
+                sources[name] = {"kind": "bind", "source": str(path), "read_only": True}
+            else:
+                raise PodSetupError(
+                    f"pod {plan.name}: volume {name!r} ({sorted(set(volume) - {'name'})}) is not supported"
+                )
+        return sources
+
+    def _mounts(self, plan: PodPlan, directory: Path, files: dict[str, Path]) -> list[dict[str, Any]]:
+        volumes = self._volumes(plan, directory)
+        mounts: dict[str, dict[str, Any]] = {}
+        for container in [*plan.spec.get("initContainers", []), *plan.spec["containers"]]:
+            for vm in container.get("volumeMounts", []):
+                if vm["name"] not in volumes:
+                    raise PodSetupError(f"pod {plan.name}: volumeMount {vm['name']!r} names no volume of the pod")
+                volume = dict(volumes[vm["name"]])
+                if vm.get("subPath"):
+                    if volume["kind"] != "bind":
+                        raise PodSetupError(f"pod {plan.name}: subPath on a memory-backed volume is not supported")
+                    source = Path(volume["source"]) / vm["subPath"]
+                    if not source.exists():
+                        source.mkdir(parents=True)
+                    volume["source"] = str(source)
+                volume["target"] = vm["mountPath"]
+                volume["read_only"] = bool(volume.get("read_only") or vm.get("readOnly"))
+                mounts[vm["mountPath"]] = volume
+        for path in self.host_paths:
+            mounts.setdefault(str(path), {"kind": "bind", "source": str(path), "target": str(path), "read_only": True})
+        for target, source in files.items():
+            mounts[target] = {"kind": "bind", "source": str(source), "target": target, "read_only": False}
+        return list(mounts.values())
+
+    def start(self, plan: PodPlan) -> Pod:
+        if plan.name in self.pods:
+            raise PodSetupError(f"pod {plan.name} exists already")
+        directory = self.output_dir / "pods" / plan.name
+        directory.mkdir(parents=True)
+        address = self.network.allocate()
+        files = {
+            "/etc/hosts": directory / "hosts",
+            "/etc/hostname": directory / "hostname",
+            "/etc/resolv.conf": directory / "resolv.conf",
+        }
+        files["/etc/hostname"].write_text(plan.pod_hostname + "\n")
+        ns = plan.namespace
+        files["/etc/resolv.conf"].write_text(
+            f"# rehearsal: names resolve from /etc/hosts only\nsearch {ns}.svc.{CLUSTER_DOMAIN} svc.{CLUSTER_DOMAIN} "
+            f"{CLUSTER_DOMAIN}\n"
+        )
+        files["/etc/hosts"].write_text("")
+        spec = plan.spec
+        init = [self._container(plan, c, address, directory) for c in spec.get("initContainers", [])]
+        containers = [self._container(plan, c, address, directory) for c in spec["containers"]]
+        mounts = self._mounts(plan, directory, files)
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
+        pod_spec = {
+            "hostname": plan.pod_hostname,
+            "mounts": mounts,
+            "init_containers": init,
+            "containers": containers,
+            "restart_policy": spec.get("restartPolicy", "Always"),
+            "status_file": str(directory / "status.json"),
+            "ready_fd": ready_w,
+            "go_fd": go_r,
+            "network": self.network.pod_config(address),
+        }
+        spec_file = directory / "pod.json"
+        spec_file.write_text(json.dumps(pod_spec, indent=1))
+        namespaces = ["--mount", "--uts", "--ipc", "--pid", "--fork", "--kill-child", "--mount-proc"]
+        if self.network.isolated:
+            namespaces.append("--net")
+        init_log = (directory / "pod-init.log").open("ab")
+        process = subprocess.Popen(
+            ["unshare", *namespaces, "--", sys.executable, "-m", "trainctl.rehearse.podinit", str(spec_file)],
+            pass_fds=(ready_w, go_r),
+            stdin=subprocess.DEVNULL,
+            stdout=init_log,
+            stderr=init_log,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO_ROOT)},
+            cwd="/",
+        )
+        init_log.close()
+        os.close(ready_w)
+        os.close(go_r)
+        images = [str(c.get("image", "?")) for c in spec["containers"]]
+        pod = Pod(
+            plan=plan,
+            address=address,
+            directory=directory,
+            process=process,
+            started=time.monotonic(),
+            images=images,
+            hosts_file=files["/etc/hosts"],
+        )
+        self.pods[plan.name] = pod
+        try:
+            ready, _, _ = select.select([ready_r], [], [], 60)
+            line = os.read(ready_r, 64) if ready else b""
+            if line.strip() != b"ready":
+                init_output = (directory / "pod-init.log").read_text(errors="replace")[-2000:]
+                raise PodSetupError(f"pod {plan.name} did not come up: {init_output}")
+            self.network.attach(process.pid)
+            self.refresh_hosts()
+            os.write(go_w, b"go\n")
+        except Exception:
+            process.kill()
+            process.wait()
+            pod.ended = time.monotonic()
+            pod.phase = "Failed"
+            raise
+        finally:
+            os.close(ready_r)
+            os.close(go_w)
+        self.log(f"pod {plan.name} started ({address}, image {', '.join(images)})")
+        return pod
+
+    # -- watching and killing ----------------------------------------------------------------
+    def poll(self) -> list[Pod]:
+        ended = []
+        for pod in self.pods.values():
+            if pod.running and pod.process.poll() is not None:
+                self._finish(pod)
+                ended.append(pod)
+        if ended:
+            self.refresh_hosts()
+        return ended
+
+    def _finish(self, pod: Pod) -> None:
+        pod.ended = time.monotonic()
+        pod.refresh()
+        names = [c["name"] for c in pod.plan.spec["containers"]]
+        code = pod.process.returncode
+        for name in names:
+            if pod.exit_codes.get(name) is None:
+                # Never started or killed with the pod: the kubelet reports 137 for SIGKILL.
+                pod.exit_codes[name] = 128 - code if code < 0 else code
+        failed = any(pod.exit_codes.get(n) for n in names) or any(
+            pod.exit_codes.get(c["name"]) for c in pod.plan.spec.get("initContainers", [])
+        )
+        pod.phase = "Failed" if failed else "Succeeded"
+
+    def kill(self, pod: Pod, *, disruption: str | None = None) -> None:
+        """SIGKILL the pod's namespace init: every process of the pod dies at once (node loss).
+
+        `disruption`: the DisruptionTarget reason the pod gets (Kubernetes adds that condition to pods
+        deleted for node loss, preemption or eviction; podFailurePolicy can match it)."""
+        if not pod.running:
+            return
+        if disruption:
+            pod.conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+        pod.process.send_signal(signal.SIGKILL)
+        pod.process.wait()
+        self._finish(pod)
+        pod.phase = "Failed"
+        self.refresh_hosts()
+
+    def close(self) -> None:
+        for pod in self.pods.values():
+            if pod.running:
+                pod.deleted_by_controller = True
+                self.kill(pod)
+
+
+def _tmpfs_size(quantity: str) -> str:
+    """A Kubernetes quantity (Gi, Mi, G, M, plain bytes) as a tmpfs size= option."""
+    units = {"Ki": "k", "Mi": "m", "Gi": "g", "Ti": "t", "k": "k", "M": "m", "G": "g", "T": "t"}
+    for suffix, tmpfs in units.items():
+        if quantity.endswith(suffix) and quantity[: -len(suffix)].isdigit():
+            return f"{quantity[: -len(suffix)]}{tmpfs}"
+    if quantity.isdigit():
+        return quantity
+    raise PodSetupError(f"sizeLimit {quantity!r} is not a quantity the rehearsal understands")
+
+
+def accelerator_requests(spec: Mapping[str, Any]) -> dict[str, str]:
+    """GPU and EFA limits of a pod's containers: reported, not satisfied."""
+    found: dict[str, str] = {}
+    for container in spec.get("containers", []):
+        limits = container.get("resources", {}).get("limits", {})
+        for key in ACCELERATORS:
+            if key in limits:
+                found[key] = str(limits[key])
+    return found
