@@ -603,6 +603,7 @@ def run(args: argparse.Namespace) -> int:
         aws_factory=lambda region: Aws(region=region, profile=args.profile, endpoint_urls=endpoints),
         kube=_kube_factory(args, endpoints),
         wait_s=args.wait,
+        poll_s=POLL_S,
         request_timeout=args.request_timeout,
         say=say,
         cluster_name=args.cluster,

@@ -11,7 +11,8 @@ included) and DescribeInstances for what a test creates. It does not have:
 - servicequotas:GetServiceQuota for the ec2 service code (moto knows only fixed "vpc" defaults):
   `FakeServiceQuotas`, JSON 1.1 with X-Amz-Target.
 - eks:DescribeClusterVersions and eks:DescribeAddonVersions: `FakeEks`, REST-JSON; it also answers
-  eks:DescribeCluster for the clusters a test gives it (the tests' EKS endpoint is this stub).
+  eks:DescribeCluster and eks:DescribeNodegroup for what a test gives it (the tests' EKS endpoint
+  is this stub).
 - cloudformation:ListStackResources of stacks holding an EKS cluster or an FSx file system (moto's
   CloudFormation does not create those types): `FakeCloudFormation`, query/XML.
 
@@ -204,13 +205,16 @@ class FakeEks(LoopbackStub):
         *,
         denied: bool = False,
         clusters: Mapping[str, Mapping[str, Any]] | None = None,
+        nodegroups: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     ) -> None:
-        """`clusters`: name -> the cluster DescribeCluster returns (none: ResourceNotFoundException)."""
+        """`clusters`: name -> the cluster DescribeCluster returns (none: ResourceNotFoundException);
+        `nodegroups`: (cluster, node group) -> what DescribeNodegroup returns."""
         super().__init__()
         self.versions = list(versions)
         self.addons = dict(addons)
         self.denied = denied
         self.clusters = dict(clusters or {})
+        self.nodegroups = dict(nodegroups or {})
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         url = urlsplit(path)
@@ -252,6 +256,11 @@ class FakeEks(LoopbackStub):
                 else []
             )
             return self._json({"addons": addons})
+        if url.path.startswith("/clusters/") and "/node-groups/" in url.path:
+            cluster, _, nodegroup = url.path.removeprefix("/clusters/").partition("/node-groups/")
+            if (cluster, nodegroup) not in self.nodegroups:
+                return self._error(404, "ResourceNotFoundException", f"No node group found for name: {nodegroup}.")
+            return self._json({"nodegroup": self.nodegroups[(cluster, nodegroup)]})
         if url.path.startswith("/clusters/"):
             name = url.path.removeprefix("/clusters/")
             if name not in self.clusters:
@@ -446,7 +455,7 @@ class CapacityEc2(Ec2Front):
 
     `create_error`: (code, message) every create answers instead; `created_state`: the State a new
     reservation has, then `settles_to` after `settle_after` describes; `cancel_failures`: how many cancels
-    fail (Unavailable, HTTP 503) before one works; `spot_scores`: AvailabilityZoneId -> score."""
+    fail (IncorrectState) before one works; `spot_scores`: AvailabilityZoneId -> score."""
 
     def __init__(
         self,
@@ -504,8 +513,10 @@ class CapacityEc2(Ec2Front):
             rid = form["CapacityReservationId"]
             if self.cancel_failures > 0:
                 self.cancel_failures -= 1
-                body = ec2_error("Unavailable", "The service is unavailable. Please try again shortly.")[2]
-                return 503, {"Content-Type": "text/xml"}, body
+                # A 400 botocore does not retry by itself (a 503 it would), so trainctl's own retry shows.
+                return ec2_error(
+                    "IncorrectState", f"The capacity reservation '{rid}' is in a state that cannot be cancelled"
+                )
             if rid not in self.reservations:
                 return ec2_error(
                     "InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{rid}' does not exist"
@@ -560,10 +571,10 @@ class EksFront(Ec2Front):
             }
             return 200, {"Content-Type": "application/json"}, json.dumps({"update": update}).encode()
         self.forwarded.append(f"{method} {url.path}")
-        status, reply_headers, payload = self._forward(method, path, headers, body)
-        if method == "POST" and url.path.endswith("/update-config") and status == 200:
+        code, reply_headers, payload = self._forward(method, path, headers, body)
+        if method == "POST" and url.path.endswith("/update-config") and code == 200:
             # moto answers Successful at once; EKS answers InProgress and the update runs on.
             document = json.loads(payload)
             document["update"]["status"] = "InProgress"
             payload = json.dumps(document).encode()
-        return status, reply_headers, payload
+        return code, reply_headers, payload

@@ -249,8 +249,13 @@ def test_above_max_is_refused_naming_bound_field_and_file_and_nothing_changes(
 
 
 def test_scale_to_zero_needs_no_kubernetes_api(
-    cluster: MotoServer, front_factory: Callable[..., EksFront], capsys: pytest.CaptureFixture[str], tmp_path: Path
+    cluster: MotoServer,
+    front_factory: Callable[..., EksFront],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr("trainctl.scale.POLL_S", 0.05)
     eks = boto3.client("eks", region_name=ENV.region, endpoint_url=cluster.url)
     eks.update_nodegroup_config(
         clusterName=ENV.cluster.name, nodegroupName=NODEGROUP, scalingConfig={"desiredSize": WANT}
