@@ -44,6 +44,7 @@ from training.nccl_tests import (
     parse_size,
     result_json,
 )
+from training.rehearsal import cpu_rehearsal
 
 # (torch dtype, the nccl-tests type name printed in the "type" column)
 DTYPES: dict[str, tuple[torch.dtype, str]] = {
@@ -87,7 +88,10 @@ class DevicePlan:
 
 
 def plan_device(local_rank: int, requested: str = "auto") -> DevicePlan:
-    """The only place that picks backend and device: NCCL on cuda:LOCAL_RANK, else gloo on the CPU."""
+    """The only place that picks backend and device: NCCL on cuda:LOCAL_RANK, else gloo on the CPU
+    (always gloo in a CPU rehearsal, training/rehearsal.py)."""
+    if cpu_rehearsal():
+        requested = "cpu"
     use_cuda = requested == "cuda" or (requested == "auto" and torch.cuda.is_available())
     if use_cuda:
         if not torch.cuda.is_available():

@@ -43,6 +43,7 @@ from training import checkpointing as ckpt
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.faults import FaultInjector, FaultKind, FaultSpec, check_fault, check_rank, default_marker, parse_fault
 from training.fsdp import load_model, shard_model
+from training.rehearsal import cpu_rehearsal
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B"
 JOURNAL_FILE = "journal.jsonl"
@@ -211,7 +212,10 @@ class DevicePlan:
 
 
 def plan_device(choice: DeviceChoice) -> DevicePlan:
-    """CUDA + NCCL computing in bfloat16, or CPU + gloo in float32; parameters and optimizer state stay float32."""
+    """CUDA + NCCL computing in bfloat16, or CPU + gloo in float32; parameters and optimizer state stay float32.
+    A CPU rehearsal (training/rehearsal.py) is CPU + gloo whatever was asked."""
+    if cpu_rehearsal():
+        choice = "cpu"
     use_cuda = torch.cuda.is_available() if choice == "auto" else choice == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is visible; use --device cpu or --device auto")

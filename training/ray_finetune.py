@@ -33,6 +33,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.fsdp import load_model, shard_model
+from training.rehearsal import cpu_rehearsal
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B"
 WEIGHTS_FILE = "model.safetensors"
@@ -299,6 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ray.is_initialized():
         ray.init()
     use_gpu = cluster_has_gpu() if args.use_gpu is None else bool(args.use_gpu)
+    if cpu_rehearsal():
+        # training/rehearsal.py: a CPU rehearsal of a GPU job runs on CPU with gloo.
+        use_gpu = False
     data = args.data if args.data == "synthetic" else str(Path(args.data).resolve())
     model = str(Path(args.model).resolve()) if Path(args.model).is_dir() else args.model
     job = TrainJob(
