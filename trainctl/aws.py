@@ -21,7 +21,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-SERVICES = ("ec2", "eks", "service-quotas", "iam", "sts", "logs", "fsx", "kms", "cloudformation")
+SERVICES = ("ec2", "eks", "service-quotas", "iam", "sts", "logs", "fsx", "cloudformation")
 ALL_SERVICES = "*"
 
 # Service Quotas codes of the On-Demand vCPU quotas (service code "ec2").
@@ -375,12 +375,18 @@ class Aws:
             if any(t.get("Key") == key and t.get("Value") == value for t in fs.get("Tags", []))
         ]
 
-    def kms_alias(self, alias: str) -> dict[str, Any] | None:
-        """The KMS key an alias (alias/...) points to; None if no such alias exists."""
-        return self._one_or_none("kms", "describe_key", "kms:DescribeKey", "KeyMetadata", KeyId=alias)
-
     def eks_cluster(self, name: str) -> dict[str, Any] | None:
         return self._one_or_none("eks", "describe_cluster", "eks:DescribeCluster", "cluster", name=name)
+
+    def eks_nodegroup(self, cluster_name: str, nodegroup_name: str) -> dict[str, Any] | None:
+        return self._one_or_none(
+            "eks",
+            "describe_nodegroup",
+            "eks:DescribeNodegroup",
+            "nodegroup",
+            clusterName=cluster_name,
+            nodegroupName=nodegroup_name,
+        )
 
     def stack_resources(self, stack_name: str) -> list[dict[str, Any]] | None:
         """Every resource of a CloudFormation stack (all pages); None if no stack of that name exists.

@@ -27,10 +27,10 @@ instance role); the declarations come from infra/spec (environments, instances, 
               refuses an access entry for a missing one)                  iam:GetUser
   chart       each pinned Helm chart version (versions.py             HTTP GET <repository>/index.yaml
               HELM_CHARTS) is listed in its repository's index
-  leftover    what an earlier deployment left: an EKS cluster of the  cloudformation:ListStackResources,
-              name outside the platform stack (blocks), retained FSx      eks:DescribeCluster, fsx:Describe-
-              file systems outside the storage stack (cost), the          FileSystems, logs:DescribeLogGroups
-              control-plane log group (adopted, reported)
+  leftover    what an earlier deployment left: an EKS cluster, or a   cloudformation:ListStackResources,
+              GPU node group, of the fixed name outside its stack         eks:DescribeCluster, Describe-
+              (blocks), retained FSx file systems outside the storage     Nodegroup, fsx:DescribeFileSystems,
+              stack (cost), the control-plane log group (adopted)         logs:DescribeLogGroups
 
 One row per check and subject: PASS, WARN (deployable, but read the reason) or FAIL, with the
 reason and the fix. A check that could not run (no credentials, endpoint unreachable, access
@@ -111,8 +111,8 @@ API: Mapping[Check, str] = {
     Check.PLACEMENT: "ec2:DescribeCapacityReservations",
     Check.ADMIN: "sts:GetCallerIdentity, iam:GetRole, iam:GetUser",
     Check.CHART: "HTTP GET <repository>/index.yaml",
-    Check.LEFTOVER: "cloudformation:ListStackResources, eks:DescribeCluster, logs:DescribeLogGroups, "
-    "fsx:DescribeFileSystems, kms:DescribeKey",
+    Check.LEFTOVER: "cloudformation:ListStackResources, eks:DescribeCluster, eks:DescribeNodegroup, "
+    "logs:DescribeLogGroups, fsx:DescribeFileSystems",
 }
 
 
@@ -907,23 +907,47 @@ def evaluate_file_systems(
     return results
 
 
-def evaluate_kms_alias(alias: str, key: Mapping[str, Any] | None, owned_keys: set[str], stack: str) -> CheckResult:
-    """A KMS alias name is unique per account and region: CreateAlias on an existing one fails
-    (AlreadyExistsException), and a retained key keeps its alias until the alias is deleted."""
-    subject = f"KMS {alias}"
-    if key is None:
-        return CheckResult(Check.LEFTOVER, subject, Status.PASS, "does not exist: the deploy creates it")
-    key_id = str(key.get("KeyId"))
-    if key_id in owned_keys:
-        return CheckResult(Check.LEFTOVER, subject, Status.PASS, f"points to key {key_id} of stack {stack}")
+def gpu_stack_name(env: Environment, group: GpuNodeGroupConfig) -> str:
+    return f"{env.cluster.name}-gpu-{group.name}"
+
+
+def evaluate_nodegroup_leftover(
+    env: Environment,
+    group: GpuNodeGroupConfig,
+    nodegroup: Mapping[str, Any] | None,
+    stack_resources: Sequence[Mapping[str, Any]] | None,
+    platform_resources: Sequence[Mapping[str, Any]] | None,
+) -> CheckResult:
+    """GPU node groups have fixed names (<cluster>-<group>, infra/stage.py) and live in their own stack.
+    One that outlived its stack (a delete that failed, a hand-made one) makes the stack's create fail:
+    node group names are unique within a cluster (CreateNodegroup: ResourceInUseException)."""
+    name = f"{env.cluster.name}-{group.name}"
+    stack = gpu_stack_name(env, group)
+    subject = f"node group {name}"
+    if nodegroup is None:
+        return CheckResult(Check.LEFTOVER, subject, Status.PASS, f"none in cluster {env.cluster.name}")
+    # CloudFormation's physical id (Ref) of an AWS::EKS::Nodegroup is "<cluster>/<nodegroup>" (aws/aws-cdk#22442).
+    physical = f"{env.cluster.name}/{name}"
+    if physical in live_ids(stack_resources, "AWS::EKS::Nodegroup"):
+        return CheckResult(Check.LEFTOVER, subject, Status.PASS, f"belongs to stack {stack}: the deploy updates it")
+    if physical in live_ids(platform_resources, "AWS::EKS::Nodegroup"):
+        return CheckResult(
+            Check.LEFTOVER,
+            subject,
+            Status.WARN,
+            f"belongs to stack {platform_stack_name(env)} (the layout before the GPU stacks): updating that stack "
+            f"deletes it and its instances, then {stack} creates it again",
+            "drain the group's jobs before the deploy",
+        )
+    owner = "does not exist" if stack_resources is None else "does not hold it"
     return CheckResult(
         Check.LEFTOVER,
         subject,
         Status.FAIL,
-        f"exists, pointing to key {key_id} ({key.get('KeyState', 'state unknown')}) that stack {stack} does not "
-        "hold: creating the alias fails (AlreadyExistsException) and rolls the stack back",
-        f"delete the alias (aws kms delete-alias --alias-name {alias}), and schedule the retained key's deletion "
-        f"if nothing needs it (aws kms schedule-key-deletion --key-id {key_id})",
+        f"exists ({nodegroup.get('status', 'status unknown')}) and stack {stack} {owner}: creating it fails "
+        "(ResourceInUseException) and rolls the stack back",
+        f"delete it (aws eks delete-nodegroup --cluster-name {env.cluster.name} --nodegroup-name {name} "
+        f"--region {env.region}), or rename the group in infra/spec/environments.py",
     )
 
 
@@ -937,15 +961,26 @@ def leftover_checks(env: Environment, aws: Aws, *, region: str, say: Callable[[s
         return stacks[stack]
 
     say(f"leftovers of earlier deployments of {env.cluster.name}")
-    _attempt(
-        results,
-        Check.LEFTOVER,
-        [f"EKS cluster {env.cluster.name}"],
-        region,
-        lambda: [
-            evaluate_cluster_leftover(env, aws.eks_cluster(env.cluster.name), resources(platform_stack_name(env)))
-        ],
-    )
+    cluster: list[dict[str, Any] | None] = []
+
+    def cluster_check() -> list[CheckResult]:
+        cluster.append(aws.eks_cluster(env.cluster.name))
+        return [evaluate_cluster_leftover(env, cluster[0], resources(platform_stack_name(env)))]
+
+    _attempt(results, Check.LEFTOVER, [f"EKS cluster {env.cluster.name}"], region, cluster_check)
+    if cluster and cluster[0] is not None:  # node groups exist only inside a cluster
+        for group in env.gpu_node_groups:
+
+            def nodegroup_check(group: GpuNodeGroupConfig = group) -> list[CheckResult]:
+                name = f"{env.cluster.name}-{group.name}"
+                found = aws.eks_nodegroup(env.cluster.name, name)
+                if found is None:
+                    return [evaluate_nodegroup_leftover(env, group, None, None, None)]
+                own, platform = resources(gpu_stack_name(env, group)), resources(platform_stack_name(env))
+                return [evaluate_nodegroup_leftover(env, group, found, own, platform)]
+
+            name = f"node group {env.cluster.name}-{group.name}"
+            _attempt(results, Check.LEFTOVER, [name], region, nodegroup_check)
     _attempt(
         results,
         Check.LEFTOVER,

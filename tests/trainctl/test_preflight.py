@@ -22,17 +22,28 @@ import pytest
 from infra.spec import Capacity, CapacityKind, Environment, GpuNodeGroupConfig, Scaling, get_environment
 from infra.spec.addressing import gpu_zone_demand
 from infra.spec.versions import HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS
-from tests.trainctl.fake_aws import Ec2Front, FakeEks, FakeServiceQuotas, MotoServer, cluster_version
+from tests.trainctl.fake_aws import (
+    Ec2Front,
+    FakeCloudFormation,
+    FakeEks,
+    FakeServiceQuotas,
+    MotoServer,
+    cluster_version,
+    stack_resource,
+)
 from tests.trainctl.fake_chart_repo import FakeChartRepo, index_yaml
+from tests.trainctl.fake_iam import IamDenied
 from trainctl.aws import Aws, ErrorKind
 from trainctl.cli import main
 from trainctl.exit_codes import ExitCode
 from trainctl.preflight import (
+    ALL_CHARTS,
     Check,
     CheckResult,
     PreflightReport,
     Status,
     StderrProgress,
+    chart_checks,
     evaluate_subnet,
     preflight,
     run_checks,
@@ -844,3 +855,451 @@ def test_progress_names_each_step_and_the_terminal_line_is_cleared(
     line("add-on vpc-cni")
     line.clear()
     assert stream.getvalue() == "\r\x1b[Kpreflight: checking add-on vpc-cni ...\r\x1b[K"
+
+
+# --- 7. reservation placement group -----------------------------------------------------------------
+
+PLACEMENT_ARN = "arn:aws:ec2:us-east-2:123456789012:placement-group/p5-odcr"
+
+
+def reserved_group(placement_group_name: str | None) -> GpuNodeGroupConfig:
+    return dataclasses.replace(
+        gpu_group(kind=CapacityKind.RESERVATION),
+        capacity=Capacity(
+            kind=CapacityKind.RESERVATION, reservation_id=RESERVATION, placement_group_name=placement_group_name
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("reserved_in", "declared", "status", "reason"),
+    [
+        (PLACEMENT_ARN, "p5-odcr", Status.PASS, f"{RESERVATION} was created in cluster placement group p5-odcr"),
+        (None, None, Status.PASS, f"{RESERVATION} is not in a placement group and the group names none"),
+        (
+            PLACEMENT_ARN,
+            None,
+            Status.FAIL,
+            f"{RESERVATION} was created in cluster placement group p5-odcr ({PLACEMENT_ARN}); only instances "
+            "launched into that group use it, and the group names none",
+        ),
+        (
+            PLACEMENT_ARN,
+            "other-pg",
+            Status.FAIL,
+            "only instances launched into that group use it, and the group names other-pg",
+        ),
+        (
+            None,
+            "p5-odcr",
+            Status.FAIL,
+            f"the group launches into placement group p5-odcr, but {RESERVATION} was not created in a placement group",
+        ),
+    ],
+    ids=["match", "neither", "reservation-only", "another-group", "spec-only"],
+)
+def test_reservation_placement_group_must_match_the_group(
+    reserved_in: str | None,
+    declared: str | None,
+    status: Status,
+    reason: str,
+    moto: MotoServer,
+    quotas: FakeServiceQuotas,
+    eks: FakeEks,
+) -> None:
+    found = reservation(kind="default")
+    if reserved_in is not None:
+        found["PlacementGroupArn"] = reserved_in  # DescribeCapacityReservations' <placementGroupArn>
+    env = with_groups(PROD, reserved_group(declared))
+    with started(Ec2Front(moto.url, reservations={RESERVATION: found})) as front:
+        results = checks(env, aws("us-east-2", front.url, eks, quotas))
+        assert front.calls == ["DescribeCapacityReservations"]  # one call serves capacity and placement
+    assert only(results, Check.CAPACITY).status is Status.PASS
+    row = only(results, Check.PLACEMENT)
+    assert row.status is status
+    assert row.reason.startswith(reason) if status is Status.PASS else reason in row.reason, row.reason
+    if status is Status.FAIL:
+        assert row.fix is not None
+        assert "capacity.placement_group_name of group p5" in row.fix
+        if reserved_in is not None:
+            assert row.fix.endswith("to 'p5-odcr'")
+
+
+def test_placement_has_no_row_when_the_reservation_is_missing(
+    moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks
+) -> None:
+    with started(Ec2Front(moto.url)) as front:
+        results = checks(with_groups(PROD, reserved_group("p5-odcr")), aws("us-east-2", front.url, eks, quotas))
+    assert only(results, Check.CAPACITY).status is Status.FAIL
+    assert rows(results, Check.PLACEMENT) == {}
+
+
+# --- 8. admin principals ------------------------------------------------------------------------------
+
+
+def with_admins(env: Environment, *principals: str) -> Environment:
+    return dataclasses.replace(env, cluster=dataclasses.replace(env.cluster, admin_principals=principals))
+
+
+def test_admin_principals_that_exist_pass_and_missing_ones_fail(
+    fresh_moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks
+) -> None:
+    iam = boto3.client("iam", region_name="us-east-1", endpoint_url=fresh_moto.url)
+    iam.create_user(UserName="alice")
+    iam.create_role(RoleName="Ops", Path="/team/", AssumeRolePolicyDocument="{}")
+    env = with_admins(
+        DEV,
+        ADMIN,
+        "MissingAdmin",
+        "arn:aws:iam::123456789012:user/alice",
+        "arn:aws:iam::123456789012:role/team/Ops",
+        "arn:aws:iam::123456789012:role/Ops",
+        "arn:aws:iam::123456789012:user/bob",
+        "arn:aws:iam::210987654321:role/Auditor",
+    )
+    admin = rows(checks(env, aws("us-west-2", fresh_moto.url, eks, quotas)), Check.ADMIN)
+    assert {s: r.status for s, r in admin.items()} == {
+        ADMIN: Status.PASS,
+        "MissingAdmin": Status.FAIL,
+        "arn:aws:iam::123456789012:user/alice": Status.PASS,
+        "arn:aws:iam::123456789012:role/team/Ops": Status.PASS,
+        "arn:aws:iam::123456789012:role/Ops": Status.FAIL,
+        "arn:aws:iam::123456789012:user/bob": Status.FAIL,
+        "arn:aws:iam::210987654321:role/Auditor": Status.WARN,
+    }
+    assert admin[ADMIN].reason == f"role exists: arn:aws:iam::123456789012:role/{ADMIN}"
+    missing = admin["MissingAdmin"]
+    assert missing.reason == (
+        "no IAM role named MissingAdmin in account 123456789012: EKS rejects its access entry "
+        '("The specified principalArn is invalid") and the cluster\'s stack rolls back'
+    )
+    assert missing.fix == (
+        "create the role in account 123456789012 (aws iam create-role --role-name MissingAdmin ...), "
+        "or change cluster.admin_principals in infra/spec/environments.py"
+    )
+    assert admin["arn:aws:iam::123456789012:user/bob"].reason.startswith("no IAM user named bob")
+    wrong_path = admin["arn:aws:iam::123456789012:role/Ops"]
+    assert wrong_path.reason == (
+        "nothing at that ARN: the role named Ops in account 123456789012 is "
+        "arn:aws:iam::123456789012:role/team/Ops (another path)"
+    )
+    other = admin["arn:aws:iam::210987654321:role/Auditor"]
+    assert other.reason == (
+        "role Auditor is in account 210987654321, the credentials are account 123456789012's: not looked up"
+    )
+
+
+def test_admin_check_denied_by_iam_could_not_run(moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks) -> None:
+    with started(IamDenied()) as iam:
+        session = aws("us-west-2", moto.url, eks, quotas)
+        session.endpoint_urls["iam"] = iam.url
+        results = checks(DEV, session)
+        assert iam.calls == ["GetRole"]
+    row = only(results, Check.ADMIN)
+    assert (row.status, row.ran, row.error_kind) == (Status.FAIL, False, "access-denied")
+    assert row.reason.startswith("could not run: iam:GetRole: AccessDenied: User: ")
+    assert row.fix == "allow iam:GetRole (read-only) for the caller, or run as a role that has it"
+    assert PreflightReport("dev", "us-west-2", "us-west-2", results).exit_code is ExitCode.ERROR
+
+
+# --- 9. pinned Helm chart versions ------------------------------------------------------------------
+
+EFA_PIN = HELM_CHARTS["aws-efa-k8s-device-plugin"]
+NVIDIA_PIN = HELM_CHARTS["nvidia-device-plugin"]
+
+
+def listing(**replaced: list[str]) -> dict[str, list[str]]:
+    """Every pinned chart at its pinned version, except the charts given (chart -> versions)."""
+    listed = {pin.chart: [pin.version] for pin in HELM_CHARTS.values()}
+    return {**listed, **{k.replace("_", "-"): v for k, v in replaced.items()}}
+
+
+def chart_rows(repo: FakeChartRepo, prefix: str = "") -> dict[str, CheckResult]:
+    results = chart_checks({ALL_CHARTS: repo.repository(prefix)}, timeout=5, say=lambda _: None)
+    return {r.subject.split()[0]: r for r in results}
+
+
+def test_a_pinned_version_missing_from_its_repository_fails_and_lists_the_newest() -> None:
+    efa_versions = ["v0.5.14", "v0.5.13", "v0.5.9", "v0.5.10", "v0.4.4", "v0.3.3"]
+    index = index_yaml(listing(aws_efa_k8s_device_plugin=efa_versions))
+    with started(FakeChartRepo({"/index.yaml": (200, index)})) as repo:
+        found = chart_rows(repo)
+        assert repo.calls == ["/index.yaml"]  # one fetch for every pin on that repository
+    efa = found[EFA_PIN.chart]
+    assert (efa.status, efa.ran) == (Status.FAIL, True)
+    assert efa.subject == f"aws-efa-k8s-device-plugin {EFA_PIN.version}"
+    assert efa.reason == (
+        f"version {EFA_PIN.version!r} is not in {repo.url}/index.yaml: the Helm install fails inside CloudFormation "
+        "and rolls the stack back; newest listed: v0.5.14, v0.5.13, v0.5.10, v0.5.9, v0.4.4"
+    )
+    assert efa.fix == "pin a listed version of aws-efa-k8s-device-plugin in HELM_CHARTS (infra/spec/versions.py)"
+    assert [found[p.chart].status for p in HELM_CHARTS.values() if p is not EFA_PIN] == [Status.PASS, Status.PASS]
+
+
+def test_a_leading_v_mismatch_is_not_a_pass() -> None:
+    # nvidia-device-plugin is pinned "0.20.0"; a repository listing only "v0.20.0".
+    index = index_yaml(listing(nvidia_device_plugin=["v0.20.0", "v0.19.0"]))
+    with started(FakeChartRepo({"/index.yaml": (200, index)})) as repo:
+        row = chart_rows(repo)[NVIDIA_PIN.chart]
+    assert row.status is Status.WARN
+    assert row.reason == (
+        "'0.20.0' is not listed, 'v0.20.0' is (Helm's semver match would install it); newest: v0.20.0, v0.19.0"
+    )
+    assert row.fix == "pin the exact string 'v0.20.0' for nvidia-device-plugin in HELM_CHARTS (infra/spec/versions.py)"
+
+
+def test_a_chart_missing_from_the_index_and_a_404_fail() -> None:
+    without_efa = {k: v for k, v in listing().items() if k != EFA_PIN.chart}
+    routes = {"/a/index.yaml": (200, index_yaml(without_efa))}
+    with started(FakeChartRepo(routes)) as repo:
+        missing = chart_rows(repo, "/a")[EFA_PIN.chart]
+        absent = chart_rows(repo, "/nothing-here")[EFA_PIN.chart]
+    assert (missing.status, missing.ran) == (Status.FAIL, True)
+    assert missing.reason == f"{repo.url}/a/index.yaml has no chart named aws-efa-k8s-device-plugin (2 charts listed)"
+    assert (absent.status, absent.ran) == (Status.FAIL, True)
+    assert absent.reason == f"no Helm repository index: GET {repo.url}/nothing-here/index.yaml: HTTP 404 Not Found"
+    assert absent.fix is not None
+    assert "correct the repository of aws-efa-k8s-device-plugin in HELM_CHARTS" in absent.fix
+
+
+def test_malformed_index_and_dead_repository_could_not_run(dead_url: str) -> None:
+    with started(FakeChartRepo({"/index.yaml": (200, b"apiVersion: v1\nentries: {a: [\n")})) as repo:
+        malformed = chart_rows(repo)
+    assert {(r.status, r.ran, r.error_kind) for r in malformed.values()} == {(Status.FAIL, False, "malformed")}
+    assert malformed[EFA_PIN.chart].reason.startswith(f"could not run: {repo.url}/index.yaml is not valid YAML")
+    results = chart_checks({ALL_CHARTS: dead_url}, timeout=5, say=lambda _: None)
+    assert {(r.status, r.ran, r.error_kind) for r in results} == {(Status.FAIL, False, "unreachable")}
+    assert results[0].fix == f"check network access to {dead_url}/index.yaml (proxy, firewall) and run again"
+    report = PreflightReport("dev", "us-west-2", "us-west-2", results)
+    assert report.exit_code is ExitCode.ERROR
+
+
+def test_cli_chart_repository_per_chart_override(
+    moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = index_yaml({EFA_PIN.chart: ["v0.5.14"]})
+    with started(FakeChartRepo({"/efa/index.yaml": (200, index)})) as efa_repo:
+        code, out, _ = run_cli(
+            capsys,
+            "--env",
+            "dev",
+            "--json",
+            *endpoint_args(moto.url, eks, quotas),
+            f"--chart-repository=aws-efa-k8s-device-plugin={efa_repo.url}/efa",
+        )
+        assert efa_repo.calls == ["/efa/index.yaml"]
+    document = json.loads(out)
+    assert code == ExitCode.CHECK_FAILED
+    chart = {c["subject"]: c for c in document["checks"] if c["check"] == "chart"}
+    assert chart[f"aws-efa-k8s-device-plugin {EFA_PIN.version}"]["status"] == "FAIL"
+    assert chart[f"nvidia-device-plugin {NVIDIA_PIN.version}"]["status"] == "PASS"  # from the "*" repository
+    assert chart[f"aws-efa-k8s-device-plugin {EFA_PIN.version}"]["api"] == "HTTP GET <repository>/index.yaml"
+
+
+# --- 10. leftovers of an earlier deployment ----------------------------------------------------------------
+
+CLUSTER = {
+    "name": "ml-prod",
+    "arn": "arn:aws:eks:us-east-2:123456789012:cluster/ml-prod",
+    "createdAt": START.timestamp(),
+    "version": KUBERNETES_VERSION,
+    "status": "ACTIVE",
+}
+
+
+def leftovers(results: Sequence[CheckResult]) -> dict[str, CheckResult]:
+    return rows(results, Check.LEFTOVER)
+
+
+@pytest.mark.parametrize(
+    ("stacks", "status", "reason"),
+    [
+        (
+            {"ml-prod-platform": [stack_resource("EksCluster", "AWS::EKS::Cluster", "ml-prod")]},
+            Status.PASS,
+            "belongs to stack ml-prod-platform: the deploy updates it",
+        ),
+        (
+            {},
+            Status.FAIL,
+            "a cluster of that name exists (ACTIVE, created 2026-12-14) and stack ml-prod-platform does not exist: "
+            "creating it fails (ResourceInUseException) and rolls the stack back",
+        ),
+        (
+            # The first create rolled back: the stack is ROLLBACK_COMPLETE and lists the cluster deleted.
+            {"ml-prod-platform": [stack_resource("EksCluster", "AWS::EKS::Cluster", "ml-prod", "DELETE_COMPLETE")]},
+            Status.FAIL,
+            "and stack ml-prod-platform does not hold it",
+        ),
+    ],
+    ids=["owned", "no-stack", "rolled-back-stack"],
+)
+def test_an_eks_cluster_of_the_name_outside_the_platform_stack_fails(
+    stacks: dict[str, list[dict[str, Any]]],
+    status: Status,
+    reason: str,
+    moto: MotoServer,
+    quotas: FakeServiceQuotas,
+) -> None:
+    with (
+        started(eks_offering()) as eks,
+        started(FakeCloudFormation(stacks)) as cloudformation,
+    ):
+        eks.clusters["ml-prod"] = CLUSTER
+        session = aws("us-east-2", moto.url, eks, quotas)
+        session.endpoint_urls["cloudformation"] = cloudformation.url
+        results = checks(PROD, session)
+        assert cloudformation.calls[0] == "ListStackResources ml-prod-platform"
+    row = leftovers(results)["EKS cluster ml-prod"]
+    assert row.status is status
+    assert reason in row.reason
+    if status is Status.FAIL:
+        assert row.fix is not None
+        assert "aws eks delete-cluster --name ml-prod --region us-east-2" in row.fix
+        assert "or change cluster.name in infra/spec/environments.py" in row.fix
+
+
+def test_the_control_plane_log_group_is_reported_and_never_blocks(
+    fresh_moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks
+) -> None:
+    name = "/aws/eks/ml-prod/cluster"
+    absent = leftovers(checks(PROD, aws("us-east-2", fresh_moto.url, eks, quotas)))[f"log group {name}"]
+    assert (absent.status, absent.reason) == (Status.PASS, "does not exist: the deploy creates it (365 days)")
+    logs = boto3.client("logs", region_name="us-east-2", endpoint_url=fresh_moto.url)
+    logs.create_log_group(logGroupName=name)
+    logs.put_retention_policy(logGroupName=name, retentionInDays=30)
+    logs.create_log_group(logGroupName=f"{name}-other")  # a prefix match only: not the group
+    present = leftovers(checks(PROD, aws("us-east-2", fresh_moto.url, eks, quotas)))[f"log group {name}"]
+    assert present.status is Status.PASS
+    assert present.reason.startswith("exists (30 days, ")
+    assert present.reason.endswith("bytes): the deploy adopts it and sets 365 days")
+
+
+def create_file_system(moto: MotoServer, environment: str) -> str:
+    fsx = boto3.client("fsx", region_name="us-east-2", endpoint_url=moto.url)
+    created = fsx.create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=4800,
+        SubnetIds=["subnet-0123456789abcdef0"],
+        Tags=[
+            {"Key": "platform:environment", "Value": environment},
+            {"Key": "aws:cloudformation:stack-name", "Value": "ml-prod-storage"},
+        ],
+    )
+    file_system_id: str = created["FileSystem"]["FileSystemId"]
+    return file_system_id
+
+
+def test_a_retained_file_system_outside_the_storage_stack_warns(
+    fresh_moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks
+) -> None:
+    kept = create_file_system(fresh_moto, "prod")
+    owned = create_file_system(fresh_moto, "prod")
+    moved = create_file_system(fresh_moto, "prod")
+    create_file_system(fresh_moto, "dev")  # another environment's: not looked at
+    stacks = {
+        "ml-prod-storage": [
+            stack_resource("CheckpointsFileSystem", "AWS::FSx::FileSystem", owned),
+            # What a rolled-back create leaves listed for a retained file system.
+            stack_resource("OldFileSystem", "AWS::FSx::FileSystem", kept, "DELETE_SKIPPED"),
+        ],
+        "ml-prod-platform": [stack_resource("AddOnsCheckpointsFileSystem", "AWS::FSx::FileSystem", moved)],
+    }
+    with started(FakeCloudFormation(stacks)) as cloudformation:
+        session = aws("us-east-2", fresh_moto.url, eks, quotas)
+        session.endpoint_urls["cloudformation"] = cloudformation.url
+        found = leftovers(checks(PROD, session))
+        # Each stack is asked once, though two checks read the platform stack.
+        assert sorted(cloudformation.calls) == [
+            "ListStackResources ml-prod-platform",
+            "ListStackResources ml-prod-storage",
+        ]
+    fsx = {s: r for s, r in found.items() if s.startswith("FSx ")}
+    assert set(fsx) == {f"FSx {kept}", f"FSx {owned}", f"FSx {moved}"}
+    assert fsx[f"FSx {owned}"].status is Status.PASS
+    assert fsx[f"FSx {owned}"].reason.startswith("belongs to stack ml-prod-storage (4800 GiB, ")
+    leftover = fsx[f"FSx {kept}"]
+    assert leftover.status is Status.WARN
+    assert "tagged platform:environment=prod (4800 GiB, " in leftover.reason
+    assert leftover.reason.endswith(
+        "but stack ml-prod-storage does not hold it: a retained leftover that keeps costing; "
+        "the deploy creates a second file system beside it"
+    )
+    assert leftover.fix == (
+        "import it into ml-prod-storage (cdk import) to keep its data, or copy what you need and delete it "
+        f"(aws fsx delete-file-system --file-system-id {kept} --region us-east-2)"
+    )
+    assert fsx[f"FSx {moved}"].status is Status.WARN
+    assert "belongs to stack ml-prod-platform (the layout before the storage stack" in fsx[f"FSx {moved}"].reason
+
+
+def test_no_tagged_file_system_is_one_pass_row(fresh_moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks) -> None:
+    create_file_system(fresh_moto, "dev")
+    found = leftovers(checks(PROD, aws("us-east-2", fresh_moto.url, eks, quotas)))
+    assert found["FSx file systems"].status is Status.PASS
+    assert found["FSx file systems"].reason == "no file system tagged platform:environment=prod"
+    assert not [s for s in found if s.startswith("FSx fs-")]
+
+
+def nodegroup(name: str) -> dict[str, Any]:
+    return {
+        "nodegroupName": name,
+        "clusterName": "ml-prod",
+        "nodegroupArn": f"arn:aws:eks:us-east-2:123456789012:nodegroup/ml-prod/{name}/0",
+        "status": "ACTIVE",
+    }
+
+
+def test_a_gpu_node_group_of_the_fixed_name_outside_its_stack_fails(
+    moto: MotoServer, quotas: FakeServiceQuotas
+) -> None:
+    platform = [stack_resource("EksCluster", "AWS::EKS::Cluster", "ml-prod")]
+    stacks = {
+        "ml-prod-platform": [*platform, stack_resource("GpuNodesg6", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-g6")],
+        # The p5 stack's delete failed half-way: its node group is listed deleted, yet EKS still has it.
+        "ml-prod-gpu-p5": [stack_resource("GpuNodesp5", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-p5", "DELETE_FAILED")],
+    }
+    with (
+        started(eks_offering()) as eks,
+        started(FakeCloudFormation(stacks)) as cloudformation,
+    ):
+        eks.clusters["ml-prod"] = CLUSTER
+        eks.nodegroups = {
+            ("ml-prod", "ml-prod-p5"): nodegroup("ml-prod-p5"),
+            ("ml-prod", "ml-prod-g6"): nodegroup("ml-prod-g6"),
+        }
+        session = aws("us-east-2", moto.url, eks, quotas)
+        session.endpoint_urls["cloudformation"] = cloudformation.url
+        found = leftovers(checks(PROD, session))
+        assert "/clusters/ml-prod/node-groups/ml-prod-p5 " in eks.calls
+    assert found["EKS cluster ml-prod"].status is Status.PASS
+    p5 = found["node group ml-prod-p5"]
+    assert p5.status is Status.FAIL
+    assert p5.reason == (
+        "exists (ACTIVE) and stack ml-prod-gpu-p5 does not hold it: creating it fails (ResourceInUseException) "
+        "and rolls the stack back"
+    )
+    assert p5.fix is not None
+    assert "aws eks delete-nodegroup --cluster-name ml-prod --nodegroup-name ml-prod-p5 --region us-east-2" in p5.fix
+    g6 = found["node group ml-prod-g6"]
+    assert g6.status is Status.WARN
+    assert g6.reason.startswith("belongs to stack ml-prod-platform (the layout before the GPU stacks)")
+    # Owned by its own stack: an update.
+    stacks["ml-prod-gpu-p5"] = [stack_resource("GpuNodesp5", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-p5")]
+    with (
+        started(eks_offering()) as eks,
+        started(FakeCloudFormation(stacks)) as cloudformation,
+    ):
+        eks.clusters["ml-prod"] = CLUSTER
+        eks.nodegroups = {("ml-prod", "ml-prod-p5"): nodegroup("ml-prod-p5")}
+        session = aws("us-east-2", moto.url, eks, quotas)
+        session.endpoint_urls["cloudformation"] = cloudformation.url
+        found = leftovers(checks(PROD, session))
+    assert found["node group ml-prod-p5"].status is Status.PASS
+    assert found["node group ml-prod-g6"].reason == "none in cluster ml-prod"
+
+
+def test_no_cluster_means_no_node_group_lookups(moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks) -> None:
+    found = leftovers(checks(PROD, aws("us-east-2", moto.url, eks, quotas)))
+    assert not [s for s in found if s.startswith("node group")]
+    assert not [c for c in eks.calls if "/node-groups/" in c]
