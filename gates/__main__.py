@@ -15,6 +15,7 @@ from gates.checkov_gate import run_checkov
 from gates.manifests import check_objects
 from gates.nag import run_nag
 from gates.report import Finding, GateError, GateResult
+from gates.runtime_packages import run_gate as run_runtime_packages
 from gates.templates import check_template
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ def _app_factory(outdir: str) -> tuple[cdk.App, Sequence[cdk.Stack]]:
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     app, stages = create_app(context=context, environ={}, outdir=outdir)
-    return app, [stage.stack for stage in stages]
+    return app, [stack for stage in stages for stack in stage.stacks]
 
 
 def gate_templates(cdk_out: Path, dist: Path) -> GateResult:
@@ -53,6 +54,11 @@ def gate_checkov(cdk_out: Path, dist: Path) -> GateResult:
     return GateResult("checkov", passed + len(findings), findings)
 
 
+def gate_runtime_packages(cdk_out: Path, dist: Path) -> GateResult:
+    checked, findings = run_runtime_packages(dist)
+    return GateResult("runtime-packages", checked, findings)
+
+
 def gate_nag(cdk_out: Path, dist: Path) -> GateResult:
     checked, findings, stale = run_nag(_app_factory)
     findings += [
@@ -66,6 +72,7 @@ GATES: dict[str, Callable[[Path, Path], GateResult]] = {
     "cfn-lint": gate_cfn_lint,
     "manifests": gate_manifests,
     "checkov": gate_checkov,
+    "runtime-packages": gate_runtime_packages,
     "cdk-nag": gate_nag,
 }
 

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -35,12 +35,84 @@ class ImageLockError(ValueError):
     """A lock file that cannot be trusted, or an image the lock cannot provide."""
 
 
+_PYTHON = re.compile(r"^3\.\d{1,2}$")
+_GLIBC = re.compile(r"^2\.\d{1,2}$")
+_PACKAGE = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
+RUNTIME_FIELDS = frozenset({"python", "glibc", "arch", "packages", "source"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageRuntime:
+    """What a workload may rely on inside an image, with where each fact comes from: the Python minor version and
+    C library (which wheels install), and the versions of the packages that matter (which a start-time install
+    must not replace). Read by the runtime-packages gate and the pods' own checks (training.pod_checks)."""
+
+    python: str
+    glibc: str
+    source: str
+    arch: str = "x86_64"
+    packages: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not _PYTHON.match(self.python):
+            raise ImageLockError(f"runtime.python={self.python!r}: expected a minor version such as 3.12")
+        if not _GLIBC.match(self.glibc):
+            raise ImageLockError(f"runtime.glibc={self.glibc!r}: expected the C library version, e.g. 2.35")
+        if self.arch not in ("x86_64", "aarch64"):
+            raise ImageLockError(f"runtime.arch={self.arch!r}: expected x86_64 or aarch64")
+        if not self.source.strip():
+            raise ImageLockError("runtime.source is empty: say where the facts come from (release notes, a pull)")
+        for name in self.packages:
+            if not _PACKAGE.match(name):
+                raise ImageLockError(f"runtime.packages: {name!r} is not a normalized package name (lower case)")
+
+    @property
+    def wheel_platforms(self) -> list[str]:
+        """The manylinux tags pip accepts on this C library (PEP 600: manylinux_2_Y for every Y up to the image's,
+        and the legacy aliases of 2_5, 2_12 and 2_17)."""
+        minor = int(self.glibc.split(".")[1])
+        tags = [f"manylinux_2_{y}_{self.arch}" for y in range(minor, 4, -1)]
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        return tags + [f"{alias}_{self.arch}" for y, alias in legacy.items() if y <= minor]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "python": self.python,
+            "glibc": self.glibc,
+            "arch": self.arch,
+            "packages": dict(sorted(self.packages.items())),
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, where: str, data: Any) -> ImageRuntime:
+        if not isinstance(data, dict):
+            raise ImageLockError(f"{where}: expected a mapping with {sorted(RUNTIME_FIELDS)}")
+        unknown = set(data) - RUNTIME_FIELDS
+        if unknown:
+            raise ImageLockError(f"{where}: unknown field(s) {sorted(unknown)}")
+        packages = data.get("packages", {})
+        if not isinstance(packages, dict) or not all(isinstance(v, str) for v in packages.values()):
+            raise ImageLockError(f"{where}.packages: expected a mapping of package name -> version")
+        try:
+            return cls(
+                python=str(data.get("python", "")),
+                glibc=str(data.get("glibc", "")),
+                arch=str(data.get("arch", "x86_64")),
+                packages=MappingProxyType(dict(packages)),
+                source=str(data.get("source", "")),
+            )
+        except ImageLockError as exc:
+            raise ImageLockError(f"{where}.{exc}") from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class LockedImage:
     name: str
     reference: str
     digest: str | None = None
     purpose: str = ""
+    runtime: ImageRuntime | None = None
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -99,14 +171,16 @@ class ImageLock:
             raise ImageLockError("images: expected a non-empty mapping of name -> {reference, digest}")
         images = {}
         for name, entry in sorted(entries.items()):
-            unknown = set(entry) - {"reference", "digest", "purpose"}
+            unknown = set(entry) - {"reference", "digest", "purpose", "runtime"}
             if unknown:
                 raise ImageLockError(f"images.{name}: unknown field(s) {sorted(unknown)}")
+            runtime = entry.get("runtime")
             images[name] = LockedImage(
                 name=name,
                 reference=entry.get("reference", ""),
                 digest=entry.get("digest"),
                 purpose=entry.get("purpose", ""),
+                runtime=None if runtime is None else ImageRuntime.from_dict(f"images.{name}.runtime", runtime),
             )
         return cls(MappingProxyType(images))
 
@@ -117,6 +191,11 @@ class ImageLock:
         except json.JSONDecodeError as exc:
             raise ImageLockError(f"{path}: not valid JSON ({exc})") from None
         return cls.from_dict(data)
+
+    def by_reference(self, image: str) -> LockedImage | None:
+        """The lock entry a manifest's `reference@digest` (or bare reference) came from."""
+        reference = image.split("@", 1)[0]
+        return next((i for i in self.images.values() if i.reference == reference), None)
 
     def get(self, name: str) -> LockedImage:
         try:
@@ -146,7 +225,12 @@ class ImageLock:
         return {
             "version": LOCK_VERSION,
             "images": {
-                name: {"reference": image.reference, "digest": image.digest, "purpose": image.purpose}
+                name: {
+                    "reference": image.reference,
+                    "digest": image.digest,
+                    "purpose": image.purpose,
+                    **({} if image.runtime is None else {"runtime": image.runtime.to_dict()}),
+                }
                 for name, image in sorted(self.images.items())
             },
         }

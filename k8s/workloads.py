@@ -29,8 +29,10 @@ class RayFinetuneJob:
     data: str = "synthetic"
     # The GPU node group the job's own cluster uses; None: the environment's first.
     gpu_group: str | None = None
-    # Extra packages at submit time through runtime_env, never an image build; pinned.
-    pip: tuple[str, ...] = ("transformers==5.23.0",)
+    # Extra packages at submit time through runtime_env; pinned and checked by the runtime-packages gate against the
+    # image's facts (k8s/images.lock.json). None by default: the Ray DLC ships transformers 5.13.0, and installing
+    # another version would replace it (and its tokenizers) under the image's other packages.
+    pip: tuple[str, ...] = ()
     active_deadline_seconds: int = 6 * 3600
     ttl_seconds_after_finished: int = 3600
     backoff_limit: int = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,25 @@ def test_failed_write_leaves_the_old_lock(tmp_path: Path, monkeypatch: pytest.Mo
         _lock(digest=DIGEST).write(path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["images.lock.json"]
+
+
+def test_image_runtime_facts_are_validated_and_round_trip() -> None:
+    from k8s.images import ImageLock, ImageRuntime
+
+    lock = ImageLock.load()
+    assert ImageLock.from_dict(lock.to_dict()) == lock
+    ray = lock.get("ray-train").runtime
+    assert ray is not None
+    assert (ray.python, ray.packages["transformers"]) == ("3.13", "5.13.0")
+    assert ray.wheel_platforms[0] == "manylinux_2_34_x86_64"
+    assert "manylinux2014_x86_64" in ray.wheel_platforms
+    assert "manylinux_2_35_x86_64" not in ray.wheel_platforms
+    for bad, message in (
+        ({"python": "3", "glibc": "2.35", "source": "x"}, "runtime.python='3'"),
+        ({"python": "3.12", "glibc": "235", "source": "x"}, "runtime.glibc='235'"),
+        ({"python": "3.12", "glibc": "2.35", "source": " "}, "runtime.source is empty"),
+        ({"python": "3.12", "glibc": "2.35", "source": "x", "packages": {"Torch": "2"}}, "normalized package name"),
+        ({"python": "3.12", "glibc": "2.35", "source": "x", "os": "linux"}, "unknown field(s) ['os']"),
+    ):
+        with pytest.raises(ImageLockError, match=re.escape(message)):
+            ImageRuntime.from_dict("images.x.runtime", bad)
