@@ -55,8 +55,8 @@ def fabric_env(instance: InstanceType, profile: FabricProfile = FabricProfile.EF
         # Only read by aws-ofi-nccl <= 1.5, harmless later; keeps libfabric off the tcp provider.
         "FI_PROVIDER": "efa",
     }
-    if instance.efa.gpudirect_rdma:
-        # GPUDirect RDMA (p4d, p5): NIC reads and writes GPU memory directly. Implied by
-        # libfabric >= 1.18, needed before; never set on g6, which has no device RDMA.
-        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    # GPUDirect RDMA (p4d, p5): the NIC reads and writes GPU memory directly; implied by libfabric >= 1.18, needed
+    # before. Written out as 0 where the device has no RDMA read (g6): libfabric aborts with "device has no
+    # rdma-read capability" when it is 1 there, so an image default must not decide it.
+    env["FI_EFA_USE_DEVICE_RDMA"] = "1" if instance.efa.gpudirect_rdma else "0"
     return MappingProxyType(env)

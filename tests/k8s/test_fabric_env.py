@@ -25,7 +25,9 @@ def test_efa_profile_forces_the_plugin_network(instance: object) -> None:
 
 def test_gpudirect_rdma_only_where_the_instance_has_it() -> None:
     assert fabric_env(P5)["FI_EFA_USE_DEVICE_RDMA"] == "1"
-    assert "FI_EFA_USE_DEVICE_RDMA" not in fabric_env(G6)
+    # Written out as 0 on g6: libfabric aborts ("device has no rdma-read capability") when an image default of 1
+    # meets a device without RDMA read, so nothing is left to the image.
+    assert fabric_env(G6)["FI_EFA_USE_DEVICE_RDMA"] == "0"
     assert fabric_env(INSTANCE_TYPES["p4d.24xlarge"])["FI_EFA_USE_DEVICE_RDMA"] == "1"
 
 
