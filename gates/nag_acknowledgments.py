@@ -30,6 +30,14 @@ KUBECTL_REASON = (
     "charts; its managed policies (logs, VPC ENIs, ECR pulls of the kubectl layer) are the library's."
 )
 
+# aws_logs.LogRetention's singleton handler (infra/cluster.py control_plane_log_retention); the id is
+# fixed by aws-cdk-lib (LogRetention<uuid>) for one function per stack.
+LOG_RETENTION = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
+LOG_RETENTION_REASON = (
+    "Role of aws-cdk-lib's LogRetention handler, which creates or adopts /aws/eks/<cluster>/cluster and sets "
+    "its retention (the control-plane log group is not owned by the stack, so a retry never hits 'already exists')."
+)
+
 ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
     Acknowledgment(
         path="Eks/Cluster/Role",
@@ -77,7 +85,23 @@ ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
         reason="The provider framework may invoke any version of its own handler function, and nothing else.",
     ),
     Acknowledgment(
-        path="AddOns/CheckpointStorage/ControllerRole/DefaultPolicy",
+        path=f"{LOG_RETENTION}/ServiceRole",
+        rule=_managed("service-role/AWSLambdaBasicExecutionRole"),
+        reason=(
+            f"{LOG_RETENTION_REASON} AWSLambdaBasicExecutionRole gives the handler its own CloudWatch Logs and "
+            "logs:CreateLogGroup, which it uses to create the control-plane group when it is missing."
+        ),
+    ),
+    Acknowledgment(
+        path=f"{LOG_RETENTION}/ServiceRole/DefaultPolicy",
+        rule=f"{IAM5}[Resource::*]",
+        reason=(
+            f"{LOG_RETENTION_REASON} The policy grants logs:PutRetentionPolicy and logs:DeleteRetentionPolicy only; "
+            "aws-cdk-lib writes it with Resource '*' because one handler serves every LogRetention of the stack."
+        ),
+    ),
+    Acknowledgment(
+        path="CheckpointStorage/ControllerRole/DefaultPolicy",
         rule=f"{IAM5}[Resource::*]",
         reason=(
             "fsx:DescribeFileSystems is the only action granted and it does not support resource-level "

@@ -46,10 +46,37 @@ def _log_retention(logical_id: str, res: dict[str, Any], template: dict[str, Any
         yield "log group without RetentionInDays (kept forever, billed forever)"
 
 
+def _has_retention(log_group_name: str, template: dict[str, Any]) -> bool:
+    """A log group of that name gets a retention in this template: an AWS::Logs::LogGroup with
+    RetentionInDays, or a Custom::LogRetention (aws_logs.LogRetention, which creates or adopts the
+    group and sets its retention without the stack owning it)."""
+    for res in template.get("Resources", {}).values():
+        props = res.get("Properties", {})
+        if (
+            res.get("Type") in ("AWS::Logs::LogGroup", "Custom::LogRetention")
+            and props.get("LogGroupName") == log_group_name
+            and "RetentionInDays" in props
+        ):
+            return True
+    return False
+
+
+def _retained_fixed_name_log_group(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    name = res.get("Properties", {}).get("LogGroupName")
+    if res["Type"] == "AWS::Logs::LogGroup" and isinstance(name, str) and res.get("DeletionPolicy") == "Retain":
+        yield (
+            f"log group {name} is retained under a fixed name: after a rollback or a destroy the next create "
+            "fails with 'already exists'; set its retention with aws_logs.LogRetention instead"
+        )
+
+
 def _eks_cluster(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
     if res["Type"] != "AWS::EKS::Cluster":
         return
     props = res["Properties"]
+    name = props.get("Name")
+    if isinstance(name, str) and props.get("Logging") and not _has_retention(f"/aws/eks/{name}/cluster", template):
+        yield f"control-plane log group /aws/eks/{name}/cluster has no retention (LogGroup or Custom::LogRetention)"
     vpc = props.get("ResourcesVpcConfig", {})
     if vpc.get("EndpointPublicAccess", True):
         cidrs = vpc.get("PublicAccessCidrs")
@@ -64,7 +91,14 @@ def _eks_cluster(logical_id: str, res: dict[str, Any], template: dict[str, Any])
         yield "Kubernetes secrets are not envelope-encrypted with a KMS key (EncryptionConfig)"
 
 
-RULES: tuple[Rule, ...] = (_open_ingress, _imdsv2, _kms_rotation, _log_retention, _eks_cluster)
+RULES: tuple[Rule, ...] = (
+    _open_ingress,
+    _imdsv2,
+    _kms_rotation,
+    _log_retention,
+    _retained_fixed_name_log_group,
+    _eks_cluster,
+)
 
 
 def check_template(name: str, template: dict[str, Any]) -> list[Finding]:

@@ -44,6 +44,32 @@ def _endpoint_access(config: ClusterConfig) -> eks.EndpointAccess:
     return eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*config.public_access_cidrs)
 
 
+def control_plane_log_group_name(cluster_name: str) -> str:
+    return f"/aws/eks/{cluster_name}/cluster"
+
+
+def control_plane_log_retention(scope: Construct, config: ClusterConfig) -> logs.LogRetention:
+    """Retention for the control-plane log group, which this stack never owns.
+
+    EKS writes control-plane logs to `/aws/eks/<cluster>/cluster` and creates that group itself
+    when logging is on (EKS user guide, "Send control plane logs to CloudWatch Logs"). Owning it
+    as an `AWS::Logs::LogGroup` with RETAIN makes every later create fail: after a rollback or a
+    destroyed environment the retained group is still there and CloudFormation reports
+    "already exists" until someone deletes it by hand. `aws_logs.LogRetention` is a custom
+    resource instead: its handler creates the group when it is missing, adopts it when it exists
+    (ResourceAlreadyExistsException is ignored), sets the retention, and leaves the group (and
+    its logs) in place on delete (removal_policy RETAIN). Ordered before the cluster, so the
+    first log lines already land in a group with a retention.
+    """
+    return logs.LogRetention(
+        scope,
+        "ControlPlaneLogRetention",
+        log_group_name=control_plane_log_group_name(config.name),
+        retention=retention_days(config.control_plane_log_retention_days),
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+
+
 class EksCluster(Construct):
     def __init__(
         self,
@@ -63,14 +89,7 @@ class EksCluster(Construct):
             enable_key_rotation=True,
             removal_policy=RemovalPolicy.RETAIN,
         )
-        # EKS writes control-plane logs to this fixed name; creating it first sets retention.
-        self.control_plane_logs = logs.LogGroup(
-            self,
-            "ControlPlaneLogs",
-            log_group_name=f"/aws/eks/{config.name}/cluster",
-            retention=retention_days(config.control_plane_log_retention_days),
-            removal_policy=RemovalPolicy.RETAIN,
-        )
+        self.control_plane_log_retention = control_plane_log_retention(self, config)
         self.cluster = eks.Cluster(
             self,
             "Cluster",
@@ -95,7 +114,7 @@ class EksCluster(Construct):
                 private_subnets=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets,
             ),
         )
-        self.cluster.node.add_dependency(self.control_plane_logs)
+        self.cluster.node.add_dependency(self.control_plane_log_retention)
         # jsii's generated Cluster class misses a member of its own ICluster protocol
         # (kubectl_provider_options), so mypy needs telling that it is one.
         self.icluster = cast(eks.ICluster, self.cluster)

@@ -1,4 +1,24 @@
-"""One Stage per environment; the stack only wires the constructs together."""
+"""One Stage per environment, split into stacks by blast radius; the stacks only wire constructs.
+
+    <env>/Platform      network, cluster, system nodes, core add-ons, device plugins (<cluster>-platform)
+    <env>/Storage       FSx checkpoint file system, its security group and client rules, CSI driver,
+                        StorageClass/PV/PVC (<cluster>-storage; only with checkpoint storage)
+    <env>/Gpu-<group>   one per GPU node group: EFA security group, placement group, launch template,
+                        node group (<cluster>-gpu-<group>)
+
+A managed node group finishes creating only once its instances launch; a GPU shortage
+(InsufficientInstanceCapacity) fails it and rolls back its whole stack. In a stack of its own
+that rolls back one GPU group, never the VPC and cluster. Storage and every Gpu-<group> depend
+on Platform only, so each deploys alone after it (`cdk deploy 'prod/Gpu-p5'`).
+
+Values cross stacks as construct attributes (cluster name, security group id, subnet, the kubectl
+provider's service token); CDK turns each into an export of Platform and an import here. Nothing
+is exported by hand. aws_eks_v2's KubernetesManifest/HelmChart/Addon in a stack other than the
+cluster's are supported: they read `cluster.kubectlProvider.serviceToken` and depend on the
+cluster's KubectlReadyBarrier (aws-cdk-lib 2.275.0 aws-eks-v2/lib/k8s-manifest.js, helm-chart.js,
+kubectl-provider.js `getKubectlProvider` -> `_dependOnKubectlBarrier`), which CDK turns into a
+stack dependency on Platform.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +26,13 @@ from aws_cdk import CfnOutput, Stack, Stage, Tags
 from aws_cdk import Environment as CdkEnvironment
 from constructs import Construct
 
+from infra.addons.fsx_checkpoints import FsxCheckpointStorage
 from infra.addons.stack import ClusterAddOns
 from infra.cluster import EksCluster
 from infra.network import Network
 from infra.nodegroups.efa import EfaNodeGroup
 from infra.nodegroups.system import SystemNodeGroup
-from infra.spec import Environment
+from infra.spec import Environment, GpuNodeGroupConfig
 
 
 class PlatformStack(Stack):
@@ -36,30 +57,12 @@ class PlatformStack(Stack):
         self.cluster.order_before(self.system_nodes.nodegroup)
         self.cluster.order_coredns_after(self.system_nodes.nodegroup)
 
-        self.gpu_nodes = {
-            group.name: EfaNodeGroup(
-                self,
-                f"GpuNodes-{group.name}",
-                cluster=self.cluster.icluster,
-                cluster_security_group_id=self.cluster.cluster.cluster_security_group_id,
-                vpc=self.network.vpc,
-                subnets=self.network.private_subnet_in(environment.gpu_availability_zone),
-                config=group,
-                nodegroup_name=f"{environment.cluster.name}-{group.name}",
-            )
-            for group in environment.gpu_node_groups
-        }
-        for gpu in self.gpu_nodes.values():
-            self.cluster.order_before(gpu.nodegroup)
-
         self.add_ons = ClusterAddOns(
             self,
             "AddOns",
             environment=environment,
             cluster=self.cluster,
-            network=self.network,
             system_nodes=self.system_nodes.nodegroup,
-            gpu_nodegroups=[gpu.nodegroup for gpu in self.gpu_nodes.values()],
         )
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster.cluster_name)
@@ -71,6 +74,67 @@ class PlatformStack(Stack):
         )
 
 
+class StorageStack(Stack):
+    """Stateful storage: the retained FSx file system lives here and nowhere else."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        platform: PlatformStack,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        config = environment.add_ons.checkpoint_storage
+        assert config is not None  # the Stage creates this stack only with checkpoint storage
+        network, cluster = platform.network, platform.cluster
+        self.checkpoints = FsxCheckpointStorage(
+            self,
+            "CheckpointStorage",
+            cluster=cluster.cluster,
+            icluster=cluster.icluster,
+            vpc=network.vpc,
+            subnet=network.vpc.select_subnets(
+                subnet_type=network.private_subnets.subnet_type,
+                availability_zones=[environment.gpu_availability_zone],
+            ).subnets[0],
+            config=config,
+            environment=environment.name,
+            after=[cluster.addons["eks-pod-identity-agent"], platform.system_nodes.nodegroup],
+        )
+        self.checkpoints.claim.node.add_dependency(platform.add_ons.namespaces.manifests["training"])
+
+
+class GpuNodeGroupStack(Stack):
+    """One GPU node group and what belongs to it alone; a capacity failure rolls back only this."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        group: GpuNodeGroupConfig,
+        platform: PlatformStack,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        cluster = platform.cluster
+        self.nodes = EfaNodeGroup(
+            self,
+            f"GpuNodes-{group.name}",
+            cluster=cluster.icluster,
+            cluster_security_group_id=cluster.cluster.cluster_security_group_id,
+            vpc=platform.network.vpc,
+            subnets=platform.network.private_subnet_in(environment.gpu_availability_zone),
+            config=group,
+            nodegroup_name=f"{environment.cluster.name}-{group.name}",
+        )
+        cluster.order_before(self.nodes.nodegroup)
+
+
 class PlatformStage(Stage):
     def __init__(self, scope: Construct, construct_id: str, *, environment: Environment) -> None:
         super().__init__(
@@ -79,13 +143,50 @@ class PlatformStage(Stage):
             env=CdkEnvironment(account=environment.account, region=environment.region),
         )
         self.environment = environment
-        self.stack = PlatformStack(
+        cluster_name = environment.cluster.name
+        self.platform = PlatformStack(
             self,
             "Platform",
             environment=environment,
-            stack_name=f"{environment.cluster.name}-platform",
-            description=f"EKS ML training platform, environment {environment.name}",
+            stack_name=f"{cluster_name}-platform",
+            description=f"EKS ML training platform, environment {environment.name}: network, cluster, add-ons",
         )
-        Tags.of(self.stack).add("platform:environment", environment.name)
-        for key, value in environment.tags.items():
-            Tags.of(self.stack).add(key, value)
+        self.storage = (
+            StorageStack(
+                self,
+                "Storage",
+                environment=environment,
+                platform=self.platform,
+                stack_name=f"{cluster_name}-storage",
+                description=f"EKS ML training platform, environment {environment.name}: checkpoint storage",
+            )
+            if environment.add_ons.checkpoint_storage is not None
+            else None
+        )
+        self.gpu = {
+            group.name: GpuNodeGroupStack(
+                self,
+                f"Gpu-{group.name}",
+                environment=environment,
+                group=group,
+                platform=self.platform,
+                stack_name=f"{cluster_name}-gpu-{group.name}",
+                description=f"EKS ML training platform, environment {environment.name}: GPU node group {group.name}",
+            )
+            for group in environment.gpu_node_groups
+        }
+        for stack in self.stacks:
+            Tags.of(stack).add("platform:environment", environment.name)
+            for key, value in environment.tags.items():
+                Tags.of(stack).add(key, value)
+
+    @property
+    def stack(self) -> PlatformStack:
+        """The Platform stack (network, cluster, add-ons)."""
+        return self.platform
+
+    @property
+    def stacks(self) -> list[Stack]:
+        """Every stack of the environment, in deploy order: Platform, Storage, then each GPU group."""
+        rest: list[Stack] = [self.storage] if self.storage is not None else []
+        return [self.platform, *rest, *self.gpu.values()]

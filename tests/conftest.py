@@ -46,14 +46,34 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def templates(stages: dict[str, PlatformStage]) -> dict[str, Template]:
-    return {name: Template.from_stack(stage.stack) for name, stage in stages.items()}
+def stack_templates(stages: dict[str, PlatformStage]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Raw template JSON per environment and stack id (Platform, Storage, Gpu-<group>)."""
+    return {
+        name: {stack.node.id: dict(Template.from_stack(stack).to_json()) for stack in stage.stacks}
+        for name, stage in stages.items()
+    }
 
 
 @pytest.fixture(scope="session")
-def resources(templates: dict[str, Template]) -> dict[str, dict[str, Any]]:
-    """Raw template JSON per environment, for assertions that walk it."""
-    return {name: dict(template.to_json()) for name, template in templates.items()}
+def templates(stages: dict[str, PlatformStage]) -> dict[str, Template]:
+    """The Platform stack of each environment (network, cluster, add-ons)."""
+    return {name: Template.from_stack(stage.platform) for name, stage in stages.items()}
+
+
+@pytest.fixture(scope="session")
+def resources(stack_templates: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Every stack of an environment merged into one template JSON, for assertions that walk all of
+    an environment's resources (logical ids are unique across its stacks; Outputs are Platform's)."""
+    return {name: merged(stacks) for name, stacks in stack_templates.items()}
+
+
+def merged(stacks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    for stack in stacks.values():
+        clash = resources.keys() & stack["Resources"].keys()
+        assert not clash, f"logical ids in two stacks: {sorted(clash)}"
+        resources.update(stack["Resources"])
+    return {**stacks["Platform"], "Resources": resources}
 
 
 @pytest.fixture(params=["dev", "prod"])

@@ -52,3 +52,18 @@ def helm_charts(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
         props["DependsOn"] = res.get("DependsOn", [])
         charts[props["Chart"]] = props
     return charts
+
+
+def resolve(template_json: dict[str, Any], value: Any) -> Any:
+    """A value as the producing stack writes it: a cross-stack reference (CDK's weak references,
+    Fn::GetStackOutput of a Platform output) becomes that output's Value in the merged template."""
+    if isinstance(value, dict) and "Fn::GetStackOutput" in value:
+        return template_json["Outputs"][value["Fn::GetStackOutput"]["OutputName"]]["Value"]
+    return value
+
+
+def stack_of(stack_templates: dict[str, dict[str, Any]], logical_id: str) -> str:
+    """The id of the stack (Platform, Storage, Gpu-<group>) whose template holds `logical_id`."""
+    found = [name for name, template in stack_templates.items() if logical_id in template["Resources"]]
+    assert len(found) == 1, f"{logical_id} in {found}"
+    return found[0]

@@ -26,7 +26,10 @@ CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 STORAGE_CLASS = "fsx-lustre-static"
 # Lustre clients reach the file servers on TCP 988 and 1018-1023 (FSx Lustre user guide,
 # "File system access control with Amazon VPC").
-LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
+LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
+LUSTRE_PORTS = tuple(
+    ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low) for low, high in LUSTRE_PORT_RANGES
+)
 
 
 class FsxCheckpointStorage(Construct):
@@ -55,12 +58,33 @@ class FsxCheckpointStorage(Construct):
             description="FSx for Lustre checkpoints: Lustre from the cluster nodes only",
             allow_all_outbound=False,
         )
-        node_sg = ec2.Peer.security_group_id(cluster.cluster_security_group_id)
+        node_sg_id = cluster.cluster_security_group_id
+        node_sg = ec2.Peer.security_group_id(node_sg_id)
         for port in LUSTRE_PORTS:
             self.security_group.add_ingress_rule(node_sg, port, "Lustre from cluster nodes")
             self.security_group.add_ingress_rule(self.security_group, port, "Lustre between file servers")
             self.security_group.add_egress_rule(self.security_group, port, "Lustre between file servers")
             self.security_group.add_egress_rule(node_sg, port, "Lustre to cluster nodes")
+
+        # Client side: the file servers open connections back to the clients (callbacks, lock
+        # revocations), so the clients' security group must admit TCP 988 and 1018-1023 from the
+        # file system's group (FSx for Lustre user guide, "Limit access with security groups":
+        # rules for the Lustre clients). Every managed node's IP interfaces carry the cluster
+        # security group (GPU interfaces carry it beside the EFA group, infra/nodegroups/efa.py),
+        # so rules on that group cover system and GPU nodes alike.
+        self.client_rules = [
+            ec2.CfnSecurityGroupIngress(
+                self,
+                f"ClientIngress{port.to_string().replace(' ', '')}",
+                group_id=node_sg_id,
+                source_security_group_id=self.security_group.security_group_id,
+                ip_protocol="tcp",
+                from_port=from_port,
+                to_port=to_port,
+                description="Lustre from the FSx checkpoint file servers",
+            )
+            for port, (from_port, to_port) in zip(LUSTRE_PORTS, LUSTRE_PORT_RANGES, strict=True)
+        ]
 
         # The L1 resource: the L2 LustreFileSystem opens 988-1023 within its group on its
         # own, and the rules here should be exactly the Lustre ports.
@@ -81,6 +105,13 @@ class FsxCheckpointStorage(Construct):
             ),
         )
         self.file_system.apply_removal_policy(RemovalPolicy.RETAIN)
+        # CreateFileSystem validates the group's rules ("security groups do not permit Lustre LNET
+        # network traffic on port 988"); the rules are resources of their own, which the Ref to
+        # the group id does not order. Depending on the group construct covers every rule
+        # below it; the client rules are separate resources.
+        self.file_system.node.add_dependency(self.security_group)
+        for rule in self.client_rules:
+            self.file_system.node.add_dependency(rule)
 
         # Pod Identity for the CSI controller: static volumes need describe only.
         self.controller_role = iam.Role(

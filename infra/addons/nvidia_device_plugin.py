@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
-from constructs import Construct, IDependable
+from constructs import Construct
 
 from infra.addons.helm import ChartAddOn, on_gpu_nodes
 
@@ -41,7 +41,6 @@ class NvidiaDevicePlugin(ChartAddOn):
         *,
         cluster: eks.ICluster,
         props: NvidiaDevicePluginProps,
-        gpu_nodegroups: Sequence[IDependable],
     ) -> None:
         super().__init__(
             scope,
@@ -50,5 +49,5 @@ class NvidiaDevicePlugin(ChartAddOn):
             name=CHART,
             namespace=props.namespace,
             values=nvidia_values(props),
-            after=gpu_nodegroups,
+            after=(),
         )

@@ -1,20 +1,26 @@
-"""Wires the enabled add-ons of an environment in their declared order."""
+"""Wires the enabled cluster-wide add-ons of an environment in their declared order (Platform stack).
+
+The NVIDIA and EFA device plugins live here, not in the GPU stacks. They are DaemonSets selected
+by the label every GPU group carries: they run on each GPU node whenever one appears, in any
+group, and on none while every group is at desired 0 (helm's --wait counts a DaemonSet with 0
+desired pods as ready). A chart in a GPU stack would tie the plugin's life to one group (two
+groups would fight over one release name) and make that stack's rollback also remove the
+plugins of the other groups. Installed with the cluster, they are running before the first GPU
+node registers, so a node never advertises GPUs/EFA late.
+(The FSx checkpoint storage is its own stack: infra/stage.py StorageStack.)
+"""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from infra.addons.efa_device_plugin import EfaDevicePlugin, EfaDevicePluginProps
-from infra.addons.fsx_checkpoints import FsxCheckpointStorage
+from infra.addons.efa_device_plugin import EfaDevicePlugin, efa_props_for_region
 from infra.addons.kuberay_operator import KubeRayOperator, KubeRayOperatorProps
 from infra.addons.namespaces import PlatformNamespaces
 from infra.addons.node_monitoring import NodeMonitoringAgent
 from infra.addons.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginProps
 from infra.cluster import EksCluster
-from infra.network import Network
 from infra.spec import Environment
 from infra.spec.namespaces import KUBERAY, TRAINING_NAMESPACES
 
@@ -27,9 +33,7 @@ class ClusterAddOns(Construct):
         *,
         environment: Environment,
         cluster: EksCluster,
-        network: Network,
         system_nodes: eks.Nodegroup,
-        gpu_nodegroups: Sequence[eks.Nodegroup],
     ) -> None:
         super().__init__(scope, construct_id)
         config = environment.add_ons
@@ -46,15 +50,12 @@ class ClusterAddOns(Construct):
                 "NvidiaDevicePlugin",
                 cluster=icluster,
                 props=NvidiaDevicePluginProps(),
-                gpu_nodegroups=gpu_nodegroups,
             )
             if config.nvidia_device_plugin
             else None
         )
         self.efa = (
-            EfaDevicePlugin(
-                self, "EfaDevicePlugin", cluster=icluster, props=EfaDevicePluginProps(), gpu_nodegroups=gpu_nodegroups
-            )
+            EfaDevicePlugin(self, "EfaDevicePlugin", cluster=icluster, props=efa_props_for_region(environment.region))
             if config.efa_device_plugin
             else None
         )
@@ -72,20 +73,3 @@ class ClusterAddOns(Construct):
         self.node_monitoring = (
             NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=icluster) if config.node_monitoring_agent else None
         )
-        self.checkpoints = None
-        if config.checkpoint_storage is not None:
-            self.checkpoints = FsxCheckpointStorage(
-                self,
-                "CheckpointStorage",
-                cluster=cluster.cluster,
-                icluster=icluster,
-                vpc=network.vpc,
-                subnet=network.vpc.select_subnets(
-                    subnet_type=network.private_subnets.subnet_type,
-                    availability_zones=[environment.gpu_availability_zone],
-                ).subnets[0],
-                config=config.checkpoint_storage,
-                environment=environment.name,
-                after=[cluster.addons["eks-pod-identity-agent"], system_nodes],
-            )
-            self.checkpoints.claim.node.add_dependency(self.namespaces.manifests["training"])

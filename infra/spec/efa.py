@@ -4,9 +4,12 @@ AWS's guidance (EC2 user guide, "Maximize network bandwidth" and "EFA-only inter
 - Types with EFA-only support and several network cards (p5, p5e): network card 0 /
   device 0 is the primary ENA interface; card 0 / device 1 and every further card's
   device 0 are `efa-only`. EFA-only interfaces take no IP address, so a p5 node costs
-  one address for its fabric instead of 32 (needs vpc-cni >= 1.18.4).
-- Other EFA types: the primary interface on card 0 is itself an `efa` interface
-  (ENA + EFA); further cards each get one more `efa` interface (p4d: 4 in all).
+  one address for its fabric instead of 32 (needs vpc-cni >= 1.18.5).
+- Other EFA types: the primary interface (card 0 / device 0) is itself an `efa` interface
+  (ENA + EFA); each further card gets one more `efa` interface at device index 1 (EC2 user
+  guide, "Maximize network bandwidth on Amazon EC2 instances with multiple network cards":
+  "For each additional network interface, use the next unused network card index, device
+  index 1"; p4d: 4 in all).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def efa_layout(spec: InstanceType, efa_interfaces: int) -> tuple[InterfaceSlot, 
                 "efa_interfaces", efa_interfaces, f"at most one per network card ({spec.network_cards}) on {spec.name}"
             )
         slots = [
-            InterfaceSlot(network_card_index=card, device_index=0, interface_type=EFA) for card in range(efa_interfaces)
+            InterfaceSlot(network_card_index=card, device_index=0 if card == 0 else 1, interface_type=EFA)
+            for card in range(efa_interfaces)
         ]
     return tuple(slots)

@@ -34,7 +34,7 @@ class GpuSpec:
 @dataclass(frozen=True, kw_only=True)
 class EfaSpec:
     max_interfaces: int
-    # EFA-only interfaces carry no IP address (they need vpc-cni >= 1.18.4).
+    # EFA-only interfaces carry no IP address (they need vpc-cni >= 1.18.5).
     efa_only_supported: bool
     gpudirect_rdma: bool
 

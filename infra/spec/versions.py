@@ -10,7 +10,7 @@ from types import MappingProxyType
 KUBERNETES_VERSION = "1.36"
 
 # EKS managed add-ons, pinned. The first four are the versions an EKS 1.36 cluster resolved
-# to (vpc-cni >= 1.18.4 is also what EFA-only interfaces need); the last two were taken from
+# to (vpc-cni >= 1.18.5 is also what EFA-only interfaces need); the last two were taken from
 # published configurations. Confirm a candidate before bumping it with
 #   aws eks describe-addon-versions --kubernetes-version 1.36 --addon-name NAME
 MANAGED_ADDONS: MappingProxyType[str, str] = MappingProxyType(
@@ -36,6 +36,9 @@ RAY_VERSION = "2.58.0"
 KUBERAY_VERSION = "1.7.0"
 
 
+# Chart versions checked against each chart repository's history. aws-efa-k8s-device-plugin:
+# aws/eks-charts gh-pages index.yaml (2026-08-03) and every Chart.yaml on master list v0.5.30
+# (appVersion v0.5.20) as the newest; v0.5.32, pinned before, was never published.
 @dataclass(frozen=True, kw_only=True)
 class HelmChartPin:
     repository: str
@@ -49,7 +52,7 @@ HELM_CHARTS: MappingProxyType[str, HelmChartPin] = MappingProxyType(
             repository="https://nvidia.github.io/k8s-device-plugin", chart="nvidia-device-plugin", version="0.20.0"
         ),
         "aws-efa-k8s-device-plugin": HelmChartPin(
-            repository="https://aws.github.io/eks-charts", chart="aws-efa-k8s-device-plugin", version="v0.5.32"
+            repository="https://aws.github.io/eks-charts", chart="aws-efa-k8s-device-plugin", version="v0.5.30"
         ),
         "kuberay-operator": HelmChartPin(
             repository="https://ray-project.github.io/kuberay-helm/", chart="kuberay-operator", version=KUBERAY_VERSION

@@ -14,13 +14,14 @@ from gates.templates import check_template
 
 def test_synthesized_templates_pass(cdk_out: Path, stages: dict[str, Any]) -> None:
     found = outputs.templates(cdk_out)
-    assert len(found) == 2
+    # dev: Platform, Gpu-g6; prod: Platform, Storage, Gpu-p5, Gpu-g6.
+    assert len(found) == 6
     for name, template in found.items():
         assert check_template(name, template) == []
 
 
-def _one(resource: dict[str, Any]) -> list[str]:
-    return [f.message for f in check_template("t.json", {"Resources": {"R": resource}})]
+def _one(resource: dict[str, Any], **others: dict[str, Any]) -> list[str]:
+    return [f.message for f in check_template("t.json", {"Resources": {"R": resource, **others}})]
 
 
 def test_open_security_group_ingress_fails() -> None:
@@ -54,25 +55,55 @@ def cluster(resources: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(found[0])
 
 
-def test_real_cluster_passes(cluster: dict[str, Any]) -> None:
-    assert _one(cluster) == []
+@pytest.fixture
+def retention(resources: dict[str, Any]) -> dict[str, Any]:
+    found = [r for r in resources["prod"]["Resources"].values() if r["Type"] == "Custom::LogRetention"]
+    return copy.deepcopy(found[0])
 
 
-def test_public_endpoint_without_allow_list_fails(cluster: dict[str, Any]) -> None:
+def test_control_plane_log_group_without_retention_fails(cluster: dict[str, Any], retention: dict[str, Any]) -> None:
+    message = "control-plane log group /aws/eks/ml-prod/cluster has no retention (LogGroup or Custom::LogRetention)"
+    assert _one(cluster) == [message]
+    assert _one(cluster, L=retention) == []
+    group = {
+        "Type": "AWS::Logs::LogGroup",
+        "Properties": {"LogGroupName": "/aws/eks/ml-prod/cluster", "RetentionInDays": 365},
+    }
+    assert _one(cluster, L=group) == []
+    del retention["Properties"]["RetentionInDays"]
+    assert _one(cluster, L=retention) == [message]
+
+
+def test_retained_log_group_under_a_fixed_name_fails() -> None:
+    group = {
+        "Type": "AWS::Logs::LogGroup",
+        "DeletionPolicy": "Retain",
+        "Properties": {"LogGroupName": "/aws/eks/ml-prod/cluster", "RetentionInDays": 365},
+    }
+    assert "retained under a fixed name" in _one(group)[0]
+    generated = {**group, "Properties": {"RetentionInDays": 365}}
+    assert _one(generated) == []
+
+
+def test_real_cluster_passes(cluster: dict[str, Any], retention: dict[str, Any]) -> None:
+    assert _one(cluster, L=retention) == []
+
+
+def test_public_endpoint_without_allow_list_fails(cluster: dict[str, Any], retention: dict[str, Any]) -> None:
     cluster["Properties"]["ResourcesVpcConfig"]["EndpointPublicAccess"] = True
-    assert _one(cluster) == ["public API endpoint without a restricted PublicAccessCidrs allow-list"]
+    assert _one(cluster, L=retention) == ["public API endpoint without a restricted PublicAccessCidrs allow-list"]
     cluster["Properties"]["ResourcesVpcConfig"]["PublicAccessCidrs"] = ["0.0.0.0/0"]
-    assert _one(cluster) == ["public API endpoint without a restricted PublicAccessCidrs allow-list"]
+    assert _one(cluster, L=retention) == ["public API endpoint without a restricted PublicAccessCidrs allow-list"]
     cluster["Properties"]["ResourcesVpcConfig"]["PublicAccessCidrs"] = ["203.0.113.0/24"]
-    assert _one(cluster) == []
+    assert _one(cluster, L=retention) == []
 
 
-def test_missing_control_plane_log_type_fails(cluster: dict[str, Any]) -> None:
+def test_missing_control_plane_log_type_fails(cluster: dict[str, Any], retention: dict[str, Any]) -> None:
     types = cluster["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"]
     cluster["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"] = [t for t in types if t["Type"] != "audit"]
-    assert _one(cluster) == ["control-plane log types not enabled: audit"]
+    assert _one(cluster, L=retention) == ["control-plane log types not enabled: audit"]
 
 
-def test_unencrypted_secrets_fail(cluster: dict[str, Any]) -> None:
+def test_unencrypted_secrets_fail(cluster: dict[str, Any], retention: dict[str, Any]) -> None:
     del cluster["Properties"]["EncryptionConfig"]
-    assert "not envelope-encrypted" in _one(cluster)[0]
+    assert "not envelope-encrypted" in _one(cluster, L=retention)[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ from infra.spec import (
     LustreDeployment,
 )
 from infra.spec.namespaces import KUBERAY, TRAINING_NAMESPACES
+from infra.spec.registries import eks_image_registry
 from infra.spec.versions import HELM_CHARTS, KUBERAY_VERSION, MANAGED_ADDONS
 from tests.conftest import ROOT
-from tests.helpers import helm_charts, kubernetes_objects, nodegroup, of_type, only
+from tests.helpers import helm_charts, kubernetes_objects, nodegroup, of_type, only, resolve, stack_of
 
 EXACT_CHART_VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 EXACT_ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
@@ -126,13 +128,37 @@ def test_schedulability_check_catches_a_missing_label_or_toleration(resources: d
     assert not _schedulable({**values, "tolerations": []}, group)
 
 
-def test_device_plugins_wait_for_the_gpu_node_groups(resources: dict[str, Any], env_name: str) -> None:
-    template = resources[env_name]
-    gpu_ids = {
-        k for k, v in of_type(template, "AWS::EKS::Nodegroup").items() if v["Properties"]["AmiType"].endswith("NVIDIA")
+@pytest.mark.parametrize("chart", ["nvidia-device-plugin", "aws-efa-k8s-device-plugin"])
+def test_device_plugins_live_in_platform_and_wait_for_no_gpu_group(
+    stack_templates: dict[str, dict[str, Any]], env_name: str, chart: str
+) -> None:
+    # DaemonSets keyed on the GPU label: installed with the cluster, they run on any group's
+    # nodes once those appear; no GPU stack (and no GPU capacity) is needed to install them.
+    stacks = stack_templates[env_name]
+    assert stack_of(stacks, helm_charts(stacks["Platform"])[chart]["LogicalId"]) == "Platform"
+    for name, template in stacks.items():
+        if name != "Platform":
+            assert helm_charts(template) == {}, name
+    depends = set(helm_charts(stacks["Platform"])[chart]["DependsOn"])
+    assert not depends & set(of_type(stacks["Platform"], "AWS::EKS::Nodegroup")) - {
+        nodegroup(stacks["Platform"], "system")[0]
     }
-    for chart in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
-        assert gpu_ids <= set(helm_charts(template)[chart]["DependsOn"]), chart
+
+
+def test_efa_device_plugin_image_from_the_environment_region(resources: dict[str, Any], env_name: str) -> None:
+    # prod is in us-east-2; the chart's default image is in us-west-2 (a cross-region pull over NAT).
+    region = ENVIRONMENTS[env_name].region
+    values = helm_charts(resources[env_name])["aws-efa-k8s-device-plugin"]["Values"]
+    assert values["image"] == {
+        "repository": f"602401143452.dkr.ecr.{region}.amazonaws.com/eks/aws-efa-k8s-device-plugin"
+    }
+
+
+def test_eks_image_registry_table() -> None:
+    assert eks_image_registry("us-east-2") == "602401143452.dkr.ecr.us-east-2.amazonaws.com"
+    assert eks_image_registry("af-south-1") == "877085696533.dkr.ecr.af-south-1.amazonaws.com"
+    with pytest.raises(ConfigError, match=r"region='xx-moon-1'.*infra/spec/registries.py"):
+        eks_image_registry("xx-moon-1")
 
 
 # KubeRay operator.
@@ -190,7 +216,7 @@ def test_fsx_in_the_gpu_zone_with_the_environment_settings(resources: dict[str, 
     assert config is not None
     _, fs = only(template, "AWS::FSx::FileSystem")
     props = fs["Properties"]
-    subnet = template["Resources"][props["SubnetIds"][0]["Ref"]]["Properties"]
+    subnet = template["Resources"][resolve(template, props["SubnetIds"][0])["Ref"]]["Properties"]
     assert len(props["SubnetIds"]) == 1
     assert subnet["AvailabilityZone"] == ENVIRONMENTS["prod"].gpu_availability_zone
     assert props["StorageCapacity"] == config.storage_capacity_gib
@@ -205,31 +231,69 @@ def test_dev_has_no_fsx(resources: dict[str, Any]) -> None:
     assert "aws-fsx-csi-driver" not in names
 
 
+NODE_SG = {"Fn::GetAtt": ["EksClusterB2BDED5B", "ClusterSecurityGroupId"]}
+
+
+def _rules(template: dict[str, Any], kind: str, group: Any) -> set[tuple[Any, ...]]:
+    """(protocol, from, to, peer) of every inline and separate `kind` rule of `group`."""
+    inline_key = "SecurityGroupIngress" if kind == "Ingress" else "SecurityGroupEgress"
+    peer_key = "SourceSecurityGroupId" if kind == "Ingress" else "DestinationSecurityGroupId"
+    found = []
+    for logical_id, res in template["Resources"].items():
+        if res["Type"] == "AWS::EC2::SecurityGroup" and {"Fn::GetAtt": [logical_id, "GroupId"]} == group:
+            found += res["Properties"].get(inline_key, [])
+        if res["Type"] == f"AWS::EC2::SecurityGroup{kind}" and resolve(template, res["Properties"]["GroupId"]) == group:
+            found.append(res["Properties"])
+    return {
+        (r["IpProtocol"], r["FromPort"], r["ToPort"], json.dumps(resolve(template, r.get(peer_key)), sort_keys=True))
+        for r in found
+    }
+
+
 def test_fsx_security_group_admits_lustre_from_the_nodes_only(resources: dict[str, Any]) -> None:
     template = resources["prod"]
     _, fs = only(template, "AWS::FSx::FileSystem")
     sg_ref = fs["Properties"]["SecurityGroupIds"][0]
-    sg_id = sg_ref["Fn::GetAtt"][0]
-    sg = template["Resources"][sg_id]["Properties"]
-    node_sg = {"Fn::GetAtt": ["EksClusterB2BDED5B", "ClusterSecurityGroupId"]}
-    inline = sg.get("SecurityGroupIngress", [])
-    separate = [
-        r["Properties"]
-        for r in of_type(template, "AWS::EC2::SecurityGroupIngress").values()
-        if r["Properties"]["GroupId"] == sg_ref
-    ]
-    rules = {
-        (r["IpProtocol"], r["FromPort"], r["ToPort"], str(r.get("SourceSecurityGroupId"))) for r in inline + separate
-    }
-    assert rules == {
-        ("tcp", 988, 988, str(node_sg)),
-        ("tcp", 1018, 1023, str(node_sg)),
-        ("tcp", 988, 988, str(sg_ref)),
-        ("tcp", 1018, 1023, str(sg_ref)),
-    }
-    assert not any("CidrIp" in r for r in inline + separate)
+    sg = template["Resources"][sg_ref["Fn::GetAtt"][0]]["Properties"]
+    node, own = json.dumps(NODE_SG, sort_keys=True), json.dumps(sg_ref, sort_keys=True)
+    lustre = {(988, 988), (1018, 1023)}
+    assert _rules(template, "Ingress", sg_ref) == {("tcp", a, b, peer) for a, b in lustre for peer in (node, own)}
+    assert _rules(template, "Egress", sg_ref) == {("tcp", a, b, peer) for a, b in lustre for peer in (node, own)}
+    assert not any("CidrIp" in r for r in sg.get("SecurityGroupIngress", []))
     # No allow-all egress on the file system's group.
     assert not any(r.get("CidrIp") == "0.0.0.0/0" for r in sg.get("SecurityGroupEgress", []))
+
+
+def test_nodes_admit_lustre_from_the_file_servers(resources: dict[str, Any]) -> None:
+    # Client side (FSx Lustre guide, "limit access with security groups"): the file servers call
+    # the clients back, so the nodes' (cluster) security group admits 988 and 1018-1023 from them.
+    template = resources["prod"]
+    _, fs = only(template, "AWS::FSx::FileSystem")
+    own = json.dumps(fs["Properties"]["SecurityGroupIds"][0], sort_keys=True)
+    from_fsx = {rule for rule in _rules(template, "Ingress", NODE_SG) if rule[3] == own}
+    assert from_fsx == {("tcp", 988, 988, own), ("tcp", 1018, 1023, own)}
+
+
+def test_dev_nodes_have_no_lustre_rules(resources: dict[str, Any]) -> None:
+    assert not [r for r in _rules(resources["dev"], "Ingress", NODE_SG) if r[1] == 988]
+
+
+def test_fsx_waits_for_every_one_of_its_security_group_rules(stack_templates: dict[str, dict[str, Any]]) -> None:
+    # CreateFileSystem checks the group's rules; a rule created after it fails the create.
+    template = stack_templates["prod"]["Storage"]
+    _fs_id, fs = only(template, "AWS::FSx::FileSystem")
+    sg_ref = fs["Properties"]["SecurityGroupIds"][0]
+    rules = {
+        logical_id
+        for logical_id, res in template["Resources"].items()
+        if res["Type"] in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress")
+        and (sg_ref in (res["Properties"]["GroupId"], res["Properties"].get("SourceSecurityGroupId")))
+    }
+    # Self-referencing ingress and egress (2 + 2) and the client-side ingress (2); the rules to and
+    # from the node group are inline in the group, which the file system references.
+    assert len(rules) == 6
+    assert rules <= set(fs["DependsOn"])
+    assert sg_ref["Fn::GetAtt"][0] in fs["DependsOn"]
 
 
 def test_fsx_csi_driver_with_pod_identity(resources: dict[str, Any]) -> None:
@@ -292,16 +356,16 @@ def test_checkpoint_claim_binds_the_fsx_volume(resources: dict[str, Any]) -> Non
     assert claim["spec"]["resources"]["requests"]["storage"] == f"{config.storage_capacity_gib}Gi"
     depends = set(template["Resources"][claim_id]["DependsOn"])
     fs_id, _ = only(template, "AWS::FSx::FileSystem")
+    # The training namespace is in Platform: the Storage stack as a whole follows it.
     # The file system is ordered by the Ref inside the manifest, not by an explicit DependsOn.
     assert fs_id not in depends
     assert {"Ref": fs_id} in template["Resources"][claim_id]["Properties"]["Manifest"]["Fn::Join"][1]
-    training_ns = next(k for k, objs in manifests.items() if objs[0]["metadata"]["name"] == "training")
     csi = next(
         k
         for k, a in of_type(template, "AWS::EKS::Addon").items()
         if a["Properties"]["AddonName"] == "aws-fsx-csi-driver"
     )
-    assert {training_ns, csi} <= depends
+    assert csi in depends
 
 
 def test_node_monitoring_agent(resources: dict[str, Any], env_name: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import aws_cdk as cdk
@@ -51,12 +52,49 @@ def test_all_five_control_plane_log_types(resources: dict[str, Any], env_name: s
     )
 
 
-def test_control_plane_log_group_precreated_with_retention(templates: dict[str, Template], env_name: str) -> None:
+def test_control_plane_log_retention_set_before_the_cluster(resources: dict[str, Any], env_name: str) -> None:
+    # The group EKS writes to is not owned by the stack: a custom resource creates it when missing,
+    # adopts it when it exists (a retry after a rollback, a re-created environment) and sets the
+    # retention, before the cluster starts logging.
     config = ENVIRONMENTS[env_name].cluster
-    templates[env_name].has_resource_properties(
-        "AWS::Logs::LogGroup",
-        {"LogGroupName": f"/aws/eks/{config.name}/cluster", "RetentionInDays": config.control_plane_log_retention_days},
-    )
+    template = resources[env_name]
+    retention_id, retention = only(template, "Custom::LogRetention")
+    assert retention["Properties"]["LogGroupName"] == f"/aws/eks/{config.name}/cluster"
+    assert retention["Properties"]["RetentionInDays"] == config.control_plane_log_retention_days
+    assert retention["Properties"].get("RemovalPolicy", "retain") == "retain"
+    _cluster_id, cluster = only(template, "AWS::EKS::Cluster")
+    assert retention_id in cluster["DependsOn"]
+
+
+def _fixed(name: Any) -> bool:
+    """A physical name the next create would collide with: no Ref/GetAtt of a resource whose own
+    name CloudFormation generates (the kubectl Lambda's `/aws/lambda/<generated function name>`)."""
+    text = json.dumps(name)
+    return name is not None and '"Ref"' not in text and '"Fn::GetAtt"' not in text
+
+
+def test_no_retained_log_group_under_a_fixed_name(resources: dict[str, Any], env_name: str) -> None:
+    # A retained group with a fixed name outlives a rollback or a destroy and makes the next
+    # create fail with "already exists"; generated names (the flow-log group) do not collide.
+    for logical_id, group in of_type(resources[env_name], "AWS::Logs::LogGroup").items():
+        fixed = _fixed(group["Properties"].get("LogGroupName"))
+        assert not (fixed and group.get("DeletionPolicy") == "Retain"), logical_id
+
+
+def test_fixed_name_check_catches_the_old_control_plane_group() -> None:
+    assert _fixed("/aws/eks/ml-prod/cluster")
+    assert not _fixed({"Fn::Join": ["", ["/aws/lambda/", {"Ref": "Handler"}]]})
+    assert not _fixed(None)
+
+
+def test_no_retained_resource_under_a_fixed_name(resources: dict[str, Any], env_name: str) -> None:
+    # The same retry problem for any other retained resource: none carries a fixed physical name.
+    name_keys = {"AWS::KMS::Alias": "AliasName", "AWS::FSx::FileSystem": "FileSystemName"}
+    assert of_type(resources[env_name], "AWS::KMS::Alias") == {}
+    for logical_id, res in resources[env_name]["Resources"].items():
+        if res.get("DeletionPolicy") == "Retain":
+            key = name_keys.get(res["Type"], "LogGroupName")
+            assert not _fixed(res.get("Properties", {}).get(key)), logical_id
 
 
 def test_secrets_encrypted_with_a_rotating_customer_key(resources: dict[str, Any], env_name: str) -> None:

@@ -22,8 +22,8 @@ from infra.spec import (
     Scaling,
 )
 from infra.stage import PlatformStage
-from tests.conftest import cdk_json_context
-from tests.helpers import launch_template_of, nodegroup, of_type
+from tests.conftest import cdk_json_context, merged
+from tests.helpers import launch_template_of, nodegroup, of_type, resolve
 
 # Desired 0: On-Demand GPU groups launch nothing at deploy (issue 13).
 IDLE = Scaling(min_size=0, desired_size=0, max_size=2)
@@ -33,7 +33,8 @@ RESERVATION = "cr-0123456789abcdef0"
 EXPECTED_LAYOUTS: dict[str, list[tuple[int, int, str]]] = {
     "p5.48xlarge": [(0, 0, "interface"), (0, 1, "efa-only")] + [(card, 0, "efa-only") for card in range(1, 32)],
     "p5e.48xlarge": [(0, 0, "interface"), (0, 1, "efa-only")] + [(card, 0, "efa-only") for card in range(1, 32)],
-    "p4d.24xlarge": [(card, 0, "efa") for card in range(4)],
+    # EC2 guide (multiple network cards): further interfaces at the next card, device index 1.
+    "p4d.24xlarge": [(0, 0, "efa")] + [(card, 1, "efa") for card in range(1, 4)],
     "g6.12xlarge": [(0, 0, "efa")],
 }
 
@@ -41,7 +42,7 @@ EXPECTED_LAYOUTS: dict[str, list[tuple[int, int, str]]] = {
 def _stage(groups: tuple[GpuNodeGroupConfig, ...], name: str = "t") -> dict[str, Any]:
     env = dataclasses.replace(ENVIRONMENTS["prod"], gpu_node_groups=groups)
     stage = PlatformStage(cdk.App(context=cdk_json_context()), name, environment=env)
-    return dict(Template.from_stack(stage.stack).to_json())
+    return merged({stack.node.id: dict(Template.from_stack(stack).to_json()) for stack in stage.stacks})
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,7 @@ def test_every_interface_carries_the_security_groups_and_no_subnet(
     assert "SecurityGroupIds" not in data
     assert "SubnetId" not in data
     for interface in data["NetworkInterfaces"]:
-        assert interface["Groups"] == [
+        assert [resolve(every_type, g) for g in interface["Groups"]] == [
             {"Fn::GetAtt": [efa_sg, "GroupId"]},
             {"Fn::GetAtt": ["EksClusterB2BDED5B", "ClusterSecurityGroupId"]},
         ]
@@ -239,7 +240,7 @@ def test_one_subnet_in_the_gpu_zone(resources: dict[str, Any]) -> None:
     for group in ENVIRONMENTS["prod"].gpu_node_groups:
         ng, _ = _group(template, group.name)
         assert len(ng["Subnets"]) == 1
-        subnet = subnets[ng["Subnets"][0]["Ref"]]["Properties"]
+        subnet = subnets[resolve(template, ng["Subnets"][0])["Ref"]]["Properties"]
         assert subnet["AvailabilityZone"] == gpu_az
         assert {"Key": "aws-cdk:subnet-type", "Value": "Private"} in subnet["Tags"]
 
@@ -292,16 +293,21 @@ def test_nvme_raid0_nodeconfig_in_user_data(resources: dict[str, Any], env_name:
 
 
 def test_gpu_groups_wait_for_network_addons_but_coredns_does_not_wait_for_them(
-    resources: dict[str, Any], env_name: str
+    stages: dict[str, PlatformStage], stack_templates: dict[str, dict[str, Any]], env_name: str
 ) -> None:
-    template = resources[env_name]
-    addons = {a["Properties"]["AddonName"]: k for k, a in of_type(template, "AWS::EKS::Addon").items()}
-    coredns_deps = template["Resources"][addons["coredns"]]["DependsOn"]
-    for logical_id, ng in of_type(template, "AWS::EKS::Nodegroup").items():
-        if ng["Properties"]["AmiType"] != "AL2023_x86_64_NVIDIA":
-            continue
-        assert addons["vpc-cni"] in ng["DependsOn"]
-        assert logical_id not in coredns_deps
+    # The node group waits for vpc-cni & co. across stacks: CDK makes that a stack dependency
+    # (DependsOn cannot name a resource of another template), so each GPU stack follows Platform.
+    stage = stages[env_name]
+    assert stage.gpu
+    for gpu in stage.gpu.values():
+        assert [d.node.id for d in gpu.dependencies] == ["Platform"]
+    platform = stack_templates[env_name]["Platform"]
+    addons = {a["Properties"]["AddonName"]: k for k, a in of_type(platform, "AWS::EKS::Addon").items()}
+    gpu_ids = {
+        k for k, ng in of_type(platform, "AWS::EKS::Nodegroup").items() if "NVIDIA" in ng["Properties"]["AmiType"]
+    }
+    assert gpu_ids == set()  # no GPU node group in Platform, so nothing of it can wait for one
+    assert not set(platform["Resources"][addons["coredns"]]["DependsOn"]) & gpu_ids
 
 
 def test_prod_and_dev_groups(resources: dict[str, Any]) -> None:

@@ -13,28 +13,68 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from app import create_app
 from tests.conftest import cdk_json_context
 
-# Renaming any of these replaces the resource on the next deploy: the VPC and
-# everything in it, the cluster, or the key that encrypts its secrets.
+# Renaming any of these, or moving it to another stack, replaces the resource on the next deploy:
+# the VPC and everything in it, the cluster, or the key that encrypts its secrets. Per stack id.
 STATEFUL_LOGICAL_IDS = {
-    "NetworkVpc7FB7348F": "AWS::EC2::VPC",
-    "EksClusterB2BDED5B": "AWS::EKS::Cluster",
-    "EksSecretsKey89C78FFD": "AWS::KMS::Key",
-    "NetworkFlowLogGroup4F8CEEEF": "AWS::Logs::LogGroup",
-    "EksControlPlaneLogsDB7AEF19": "AWS::Logs::LogGroup",
-    "SystemNodesNodegroup3B4985D9": "AWS::EKS::Nodegroup",
+    "Platform": {
+        "NetworkVpc7FB7348F": "AWS::EC2::VPC",
+        "EksClusterB2BDED5B": "AWS::EKS::Cluster",
+        "EksSecretsKey89C78FFD": "AWS::KMS::Key",
+        "NetworkFlowLogGroup4F8CEEEF": "AWS::Logs::LogGroup",
+        # Not the group itself (EKS owns that): the custom resource that sets its retention.
+        "EksControlPlaneLogRetentionE2184B05": "Custom::LogRetention",
+        "SystemNodesNodegroup3B4985D9": "AWS::EKS::Nodegroup",
+    },
+    # prod only: the checkpoint file system holds every saved training state.
+    "Storage": {"CheckpointStorageFileSystemED3CAA15": "AWS::FSx::FileSystem"},
 }
 
-# prod only: the checkpoint file system holds every saved training state.
-STATEFUL_PROD_ONLY = {"AddOnsCheckpointStorageFileSystemA70D8405": "AWS::FSx::FileSystem"}
+# Stacks per environment (construct id -> stack name): what `cdk deploy '<env>/<id>'` names.
+STACKS = {
+    "dev": {"Platform": "ml-dev-platform", "Gpu-g6": "ml-dev-gpu-g6"},
+    "prod": {
+        "Platform": "ml-prod-platform",
+        "Storage": "ml-prod-storage",
+        "Gpu-p5": "ml-prod-gpu-p5",
+        "Gpu-g6": "ml-prod-gpu-g6",
+    },
+}
 
 _ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 
 
-def test_stateful_logical_ids_are_pinned(resources: dict[str, Any], env_name: str) -> None:
-    found = {k: v["Type"] for k, v in resources[env_name]["Resources"].items()}
-    expected = {**STATEFUL_LOGICAL_IDS, **(STATEFUL_PROD_ONLY if env_name == "prod" else {})}
-    for logical_id, cfn_type in expected.items():
-        assert found.get(logical_id) == cfn_type, f"{logical_id} ({cfn_type}) moved or vanished"
+def test_stacks_per_environment(stages: dict[str, Any], env_name: str) -> None:
+    stacks = {stack.node.id: stack.stack_name for stack in stages[env_name].stacks}
+    assert stacks == STACKS[env_name]
+
+
+def test_stateful_logical_ids_are_pinned(stack_templates: dict[str, dict[str, Any]], env_name: str) -> None:
+    for stack, expected in STATEFUL_LOGICAL_IDS.items():
+        if stack not in stack_templates[env_name]:
+            assert env_name == "dev"
+            assert stack == "Storage"
+            continue
+        found = {k: v["Type"] for k, v in stack_templates[env_name][stack]["Resources"].items()}
+        for logical_id, cfn_type in expected.items():
+            assert found.get(logical_id) == cfn_type, f"{stack}/{logical_id} ({cfn_type}) moved or vanished"
+
+
+def test_gpu_node_groups_are_only_in_their_own_stacks(
+    stack_templates: dict[str, dict[str, Any]], env_name: str
+) -> None:
+    for stack, template in stack_templates[env_name].items():
+        names = {
+            r["Properties"]["NodegroupName"]
+            for r in template["Resources"].values()
+            if r["Type"] == "AWS::EKS::Nodegroup"
+        }
+        cluster = "ml-dev" if env_name == "dev" else "ml-prod"
+        if stack.startswith("Gpu-"):
+            assert names == {f"{cluster}-{stack.removeprefix('Gpu-')}"}
+        elif stack == "Platform":
+            assert names == {f"{cluster}-system"}
+        else:
+            assert names == set()
 
 
 def _masked(template_json: dict[str, Any]) -> dict[str, Any]:
@@ -48,15 +88,21 @@ def snapshot_json(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     return snapshot.use_extension(JSONSnapshotExtension)
 
 
-def test_template_snapshot(resources: dict[str, Any], env_name: str, snapshot_json: SnapshotAssertion) -> None:
-    assert _masked(resources[env_name]) == snapshot_json
+def test_template_snapshot(
+    stack_templates: dict[str, dict[str, Any]], env_name: str, snapshot_json: SnapshotAssertion
+) -> None:
+    assert {name: _masked(t) for name, t in stack_templates[env_name].items()} == snapshot_json
 
 
-def test_synthesis_is_deterministic(resources: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_synthesis_is_deterministic(
+    stack_templates: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     app, stages = create_app(context=cdk_json_context(), environ={}, outdir=str(tmp_path_factory.mktemp("again")))
     app.synth()
     from aws_cdk.assertions import Template
 
     for stage in stages:
-        again = Template.from_stack(stage.stack).to_json()
-        assert json.dumps(again, sort_keys=True) == json.dumps(resources[stage.environment.name], sort_keys=True)
+        for stack in stage.stacks:
+            again = Template.from_stack(stack).to_json()
+            before = stack_templates[stage.environment.name][stack.node.id]
+            assert json.dumps(again, sort_keys=True) == json.dumps(before, sort_keys=True)
