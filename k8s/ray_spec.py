@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from infra.spec import Environment, GpuNodeGroupConfig, InstanceType
@@ -120,6 +121,11 @@ def gpu_pod_parts(group: GpuNodeGroupConfig, profile: FabricProfile = FabricProf
     )
 
 
+# Ray folds lines that differ only in words containing digits into "[repeated Nx across cluster]" in the driver log
+# (Ray logging docs), which hides all but one rank's NCCL network lines from a fabric verdict: off on every Ray pod.
+RAY_LOG_ENV: Mapping[str, str] = MappingProxyType({"RAY_DEDUP_LOGS": "0"})
+
+
 def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
     instance = environment.system_nodes.instance
     requests, limits = head_resources(instance)
@@ -143,6 +149,7 @@ def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
                                     # NVIDIA hooks fail with "failed to initialize NVML".
                                     "NVIDIA_VISIBLE_DEVICES": "void",
                                     "PYTHONPATH": CODE_ROOT,
+                                    **RAY_LOG_ENV,
                                 }
                             ),
                             "resources": {
@@ -180,7 +187,7 @@ def worker_group(group: GpuNodeGroupConfig, lock: ImageLock, profile: FabricProf
                         {
                             "name": "ray-worker",
                             "image": lock.pinned(RAY_IMAGE),
-                            "env": parts.env,
+                            "env": [*parts.env, *env_list(RAY_LOG_ENV)],
                             "resources": parts.resources,
                             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
                             "volumeMounts": [{"name": "ray-logs", "mountPath": "/tmp/ray"}, *parts.mounts],

@@ -249,3 +249,16 @@ def test_worker_group_cannot_ask_more_efa_than_the_instance_has() -> None:
 def test_unpinned_runtime_packages_are_refused(requirement: str) -> None:
     with pytest.raises(WorkloadError, match=r"is not pinned"):
         RayFinetuneJob(pip=(requirement,))
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_ray_log_deduplication_is_off_on_head_and_workers(env: str) -> None:
+    """Ray folds lines that differ only in words with digits ("[repeated 15x across cluster]"), which hides every
+    rank's NCCL lines but one from the driver log; the fabric verdict needs them all (issue 17 #4)."""
+    spec = _cluster(env)["spec"]
+    containers = [spec["headGroupSpec"]["template"]["spec"]["containers"][0]] + [
+        g["template"]["spec"]["containers"][0] for g in spec["workerGroupSpecs"]
+    ]
+    assert [_env(c).get("RAY_DEDUP_LOGS") for c in containers] == ["0"] * len(containers)
+    job = _job(env)["spec"]["rayClusterSpec"]
+    assert _env(job["headGroupSpec"]["template"]["spec"]["containers"][0])["RAY_DEDUP_LOGS"] == "0"
