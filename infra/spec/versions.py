@@ -39,6 +39,9 @@ KUBERAY_VERSION = "1.7.0"
 # Chart versions checked against each chart repository's history. aws-efa-k8s-device-plugin:
 # aws/eks-charts gh-pages index.yaml (2026-08-03) and every Chart.yaml on master list v0.5.30
 # (appVersion v0.5.20) as the newest; v0.5.32, pinned before, was never published.
+# nvidia-device-plugin 0.20.0: in NVIDIA/k8s-device-plugin gh-pages index.yaml (2026-08-20) and tag v0.20.0.
+# kuberay-operator 1.7.0: not in the stored ray-project/kuberay-helm snapshot (2025-07-16, newest 1.4.2);
+# `trainctl preflight` checks every pin against the live index.yaml before a deploy.
 @dataclass(frozen=True, kw_only=True)
 class HelmChartPin:
     repository: str

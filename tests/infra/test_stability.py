@@ -48,6 +48,15 @@ def test_stacks_per_environment(stages: dict[str, Any], env_name: str) -> None:
     assert stacks == STACKS[env_name]
 
 
+def test_each_stack_but_platform_depends_on_platform_alone(stages: dict[str, Any], env_name: str) -> None:
+    # Storage and every Gpu-<group> deploy alone after Platform; a GPU stack never waits for
+    # (or rolls back with) Storage or another GPU group.
+    stage = stages[env_name]
+    assert stage.platform.dependencies == []
+    for stack in stage.stacks[1:]:
+        assert [d.node.id for d in stack.dependencies] == ["Platform"], stack.node.id
+
+
 def test_stateful_logical_ids_are_pinned(stack_templates: dict[str, dict[str, Any]], env_name: str) -> None:
     for stack, expected in STATEFUL_LOGICAL_IDS.items():
         if stack not in stack_templates[env_name]:
