@@ -20,6 +20,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "CDK_DISABLE_VERSION_CHECK": "true", "CDK_DISABLE_CLI_TELEMETRY": "true"}
 
 
+REHEARSALS = (
+    ("rehearse: harness", "tests/rehearse/test_harness.py"),
+    (
+        "rehearse: nvrx prod g6",
+        "tests/rehearse/test_workloads.py::test_prod_nvrx_job_on_the_shared_claim_completes_on_two_pods",
+    ),
+    ("rehearse: nvrx dev", "tests/rehearse/test_workloads.py::test_dev_nvrx_job_completes_on_two_pods"),
+)
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -46,6 +56,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5, help="runs per synth case (median reported)")
     parser.add_argument("--test-runs", type=int, default=3, help="runs of the whole test suite")
+    parser.add_argument("--rehearsal-runs", type=int, default=1, help="runs of each workload rehearsal")
     args = parser.parse_args()
 
     app = f"{sys.executable} app.py"
@@ -66,6 +77,12 @@ def main() -> int:
     results["pytest (whole suite)"] = measure(
         Case("pytest", (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")), args.test_runs
     )
+
+    # Rehearsal wall time per workload (trainctl rehearse, tiny model on CPU): one pytest run each.
+    for name, selector in REHEARSALS:
+        results[name] = measure(
+            Case(name, (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", selector)), args.rehearsal_runs
+        )
 
     base = statistics.median(results["cdk synth -c env=dev"])
     print(f"{'what':<24} {'runs':>4} {'median s':>9} {'min s':>7} {'max s':>7} {'vs dev synth':>12}")

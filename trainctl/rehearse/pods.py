@@ -18,6 +18,7 @@ What a pod gets here, and what stands in for the cluster:
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -189,7 +190,8 @@ class Runtime:
             headless = service.get("spec", {}).get("clusterIP") == "None"
             for endpoint in self._endpoints(service):
                 lines.append(f"{endpoint.address}\t{' '.join(names)}")
-                if headless and endpoint.plan.spec.get("subdomain") == svc and endpoint is not pod:
+                # A pod resolves its own headless name too (DNS answers for every pod, itself included).
+                if headless and endpoint.plan.spec.get("subdomain") == svc:
                     h = endpoint.plan.pod_hostname
                     pod_names = [f"{h}.{svc}.{svc_ns}.svc.{CLUSTER_DOMAIN}", f"{h}.{svc}.{svc_ns}.svc"]
                     if svc_ns == ns:
@@ -214,7 +216,7 @@ class Runtime:
             "status.podIPs": address,
             "status.hostIP": address,
             "spec.nodeName": "rehearsal",
-            "spec.serviceAccountName": plan.spec.get("serviceAccountName", "default"),
+            "spec.serviceAccountName": str(plan.spec.get("serviceAccountName", "default")),
         }
         if path in simple:
             return simple[path]
@@ -393,6 +395,8 @@ class Runtime:
             stderr=init_log,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO_ROOT)},
             cwd="/",
+            # If the rehearsal itself dies, unshare gets SIGKILL and (--kill-child) so does the pod.
+            preexec_fn=_die_with_parent,
         )
         init_log.close()
         os.close(ready_w)
@@ -474,6 +478,11 @@ class Runtime:
             if pod.running:
                 pod.deleted_by_controller = True
                 self.kill(pod)
+
+
+def _die_with_parent() -> None:
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _tmpfs_size(quantity: str) -> str:

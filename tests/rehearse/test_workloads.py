@@ -1,0 +1,92 @@
+"""The project's own workloads, synthesized through the real charts with small settings and the
+check lock (as the `dist` session fixture does), rehearsed as pods on CPU with a tiny model.
+
+Defects of issue 17 show up here first; those tests are xfail(strict=True) and flip when the
+workload fix lands."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import pytest
+
+from infra.spec import ENVIRONMENTS
+from k8s.charts.nvrx_job import NvrxJobChart
+from k8s.charts.ray import TrainingCodeChart
+from k8s.check_lock import check_lock
+from k8s.images import ImageLock
+from k8s.nvrx_spec import CheckpointPolicy, FtLauncherConfig, InProcessRestart, NvrxFsdpJob
+from tests.training.tiny import corpus_lines, save_tiny_model
+from trainctl.rehearse import Options, Rehearsal, run
+
+pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("rehearsal-model") / "tiny", corpus_lines())
+
+
+@pytest.fixture(scope="session")
+def lock() -> ImageLock:
+    return check_lock(ImageLock.load())
+
+
+def nvrx_job(model: Path, **overrides: Any) -> NvrxFsdpJob:
+    """The NVRx job in miniature: tiny model, 6 steps, a checkpoint every 2 (so every pod writes one)."""
+    small = NvrxFsdpJob(model=str(model), steps=6, batch_size=2, seq_len=32, checkpoint=CheckpointPolicy(every_steps=2))
+    return replace(small, **overrides)
+
+
+def nvrx_manifests(environment: str, job: NvrxFsdpJob, lock: ImageLock) -> list[dict[str, Any]]:
+    app = cdk8s.App()
+    code = TrainingCodeChart(app, "training-code", namespaces=("training",))
+    chart = NvrxJobChart(app, "nvrx-fsdp", environment=ENVIRONMENTS[environment], lock=lock, job=job)
+    return [*code.to_json(), *chart.to_json()]
+
+
+def rehearse(tmp_path: Path, manifests: list[dict[str, Any]], model: Path, **options: Any) -> Rehearsal:
+    options.setdefault("timeout_s", 240.0)
+    return run(manifests, Options(output_dir=tmp_path / "out", host_paths=(model,), backoff_base_s=1.0, **options))
+
+
+def trainer_logs(result: Rehearsal) -> str:
+    return "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for w in result.workloads for p in w.pods)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 17 (3): dev NVRx checkpoints on a per-pod emptyDir; pod 1's ranks cannot write into the step "
+    "directory rank 0 created on pod 0 (FileNotFoundError at the first checkpoint)",
+)
+def test_dev_nvrx_job_completes_on_two_pods(tmp_path: Path, tiny_model: Path, lock: ImageLock) -> None:
+    # Fail fast instead of retrying a failure no retry can fix: one in-process iteration, no
+    # ft_launcher restart, no pod replacement.
+    job = nvrx_job(
+        tiny_model,
+        inprocess=InProcessRestart(max_iterations=1),
+        ft_launcher=FtLauncherConfig(max_restarts=0),
+        backoff_limit=0,
+    )
+    # Seen on this machine: pod 1's ranks fail with FileNotFoundError at step 2, then ft_launcher on
+    # pod 0 keeps its rank monitors "handling" and the pods never end, so the run is bounded here.
+    result = rehearse(tmp_path, nvrx_manifests("dev", job, lock), tiny_model, timeout_s=120.0)
+    nvrx = result.workload("nvrx-fsdp")
+    assert nvrx.state == "Complete", f"{nvrx.state} {nvrx.message}\n{trainer_logs(result)}"
+
+
+def test_prod_nvrx_job_on_the_shared_claim_completes_on_two_pods(
+    tmp_path: Path, tiny_model: Path, lock: ImageLock
+) -> None:
+    job = nvrx_job(tiny_model, gpu_group="g6")
+    result = rehearse(tmp_path, nvrx_manifests("prod", job, lock), tiny_model)
+    nvrx = result.workload("nvrx-fsdp")
+    assert nvrx.state == "Complete", f"{nvrx.state} {nvrx.message}\n{trainer_logs(result)}"
+    assert [p.hostname for p in nvrx.pods] == ["nvrx-fsdp-0", "nvrx-fsdp-1"]
+    # Both pods' ranks wrote into one checkpoint directory on the claim.
+    steps = sorted((tmp_path / "out/claims/training/checkpoints/nvrx-fsdp").glob("step*"))
+    assert steps, sorted((tmp_path / "out/claims/training").rglob("*"))[:20]
+    assert "nvidia.com/gpu" in nvrx.pods[0].accelerators
