@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +303,43 @@ def test_cli_exit_codes_json_and_bad_yaml(tmp_path: Path, capsys: pytest.Capture
     failing.write_text(json.dumps(job("no", "raise SystemExit(4)")))
     assert main(["rehearse", str(failing), "--pod-backoff", "0", "--output-dir", str(tmp_path / "f")]) == 1
     assert "Job/no (t): Failed" in capsys.readouterr().out
+
+
+def _label_ref(name: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{key}']"}}}
+
+
+def test_job_pods_carry_the_controller_uid_and_job_name_labels_kubernetes_sets(tmp_path: Path) -> None:
+    """The apiserver gives a Job a uid and its pods batch.kubernetes.io/controller-uid, .../job-name,
+    the legacy controller-uid and job-name, and (Indexed) .../job-completion-index: a fieldRef to them
+    resolves in the pod (a per-run id for the training code)."""
+    script = """
+        import os
+        print("labels", *(os.environ[k] for k in ("UID", "NAME", "LEGACY_UID", "LEGACY_NAME", "INDEX", "POD_UID")))
+    """
+    env = [
+        _label_ref("UID", "batch.kubernetes.io/controller-uid"),
+        _label_ref("NAME", "batch.kubernetes.io/job-name"),
+        _label_ref("LEGACY_UID", "controller-uid"),
+        _label_ref("LEGACY_NAME", "job-name"),
+        _label_ref("INDEX", "batch.kubernetes.io/job-completion-index"),
+        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
+    result = rehearse(
+        tmp_path,
+        job("run-a", script, completions=2, parallelism=2, indexed=True, env=env),
+        job("run-b", script, env=env),
+    )
+    a, b = result.workload("run-a"), result.workload("run-b")
+    assert (a.state, b.state) == ("Complete", "Complete"), (a, b)
+    assert str(uuid.UUID(a.uid)) == a.uid
+    assert a.uid != b.uid
+    for index, pod in enumerate(a.pods):
+        assert f"labels {a.uid} run-a {a.uid} run-a {index} {pod.uid}" in pod.log(), pod.log()
+        assert pod.labels["batch.kubernetes.io/controller-uid"] == a.uid
+    assert a.pods[0].uid != a.pods[1].uid
+    # A NonIndexed Job's pods have no completion index label (the fieldRef resolves to "").
+    assert f"labels {b.uid} run-b {b.uid} run-b  {b.pods[0].uid}" in b.pods[0].log(), b.pods[0].log()
+    document = result.to_json()
+    assert document["workloads"][0]["uid"] == a.uid
+    assert document["workloads"][0]["pods"][0]["labels"]["controller-uid"] == a.uid

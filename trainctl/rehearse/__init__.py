@@ -95,6 +95,8 @@ class Options:
 @dataclass
 class PodOutcome:
     name: str
+    uid: str
+    labels: dict[str, str]
     hostname: str
     address: str
     images: list[str]
@@ -121,6 +123,8 @@ class WorkloadOutcome:
     wall_s: float
     pods: list[PodOutcome]
     notes: list[str]
+    # The uid the apiserver would give the object (Jobs; empty where the rehearsal models none).
+    uid: str = ""
 
     @property
     def succeeded(self) -> bool:
@@ -163,6 +167,7 @@ class Rehearsal:
                     "kind": w.kind,
                     "name": w.name,
                     "namespace": w.namespace,
+                    "uid": w.uid,
                     "state": w.state,
                     "message": w.message,
                     "wall_s": round(w.wall_s, 2),
@@ -170,6 +175,8 @@ class Rehearsal:
                     "pods": [
                         {
                             "name": p.name,
+                            "uid": p.uid,
+                            "labels": p.labels,
                             "hostname": p.hostname,
                             "address": p.address,
                             "images": p.images,
@@ -248,6 +255,8 @@ def _outcome(controller: Controller) -> WorkloadOutcome:
     pods = [
         PodOutcome(
             name=p.name,
+            uid=p.plan.uid,
+            labels=dict(p.plan.labels),
             hostname=p.plan.pod_hostname,
             address=p.address,
             images=p.images,
@@ -272,6 +281,7 @@ def _outcome(controller: Controller) -> WorkloadOutcome:
         wall_s=(controller.finished or now) - controller.started,
         pods=pods,
         notes=sorted(set(notes)),
+        uid=str(getattr(controller, "uid", "")),
     )
 
 

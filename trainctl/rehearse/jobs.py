@@ -2,6 +2,10 @@
 
 Semantics mirrored from Kubernetes (docs: concepts/workloads/controllers/job; controller code:
 kubernetes/kubernetes pkg/controller/job/job_controller.go, pod_failure_policy.go, indexed_job_utils.go):
+- the apiserver gives the Job a uid and its pod template the labels `batch.kubernetes.io/controller-uid`
+  and `batch.kubernetes.io/job-name` plus the legacy `controller-uid` and `job-name` (generateSelector in
+  pkg/registry/batch/job/strategy.go; docs reference/labels-annotations-taints), so every pod carries them
+  and a `fieldRef` to `metadata.labels['batch.kubernetes.io/controller-uid']` resolves to the Job's uid;
 - parallelism and completions; completionMode Indexed: one successful pod per index, pod name
   `<job>-<index>-<random 5>`, hostname `<job>-<index>` unless the template sets `hostname`,
   `subdomain` honoured, the index in the annotation and label `batch.kubernetes.io/job-completion-index`
@@ -22,12 +26,17 @@ kubernetes/kubernetes pkg/controller/job/job_controller.go, pod_failure_policy.g
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainctl.rehearse.pods import Pod, PodPlan, Runtime, random_suffix
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+UID_KEY = "batch.kubernetes.io/controller-uid"
+NAME_KEY = "batch.kubernetes.io/job-name"
+LEGACY_UID_KEY = "controller-uid"
+LEGACY_NAME_KEY = "job-name"
 BACKOFF_CAP_S = 360.0
 
 
@@ -56,6 +65,8 @@ class JobController:
         meta, spec = self.obj["metadata"], self.obj["spec"]
         self.name: str = meta["name"]
         self.namespace: str = meta.get("namespace", "default")
+        # What the apiserver assigns on create (a manifest has none; a server-side dump keeps its own).
+        self.uid: str = str(meta.get("uid") or uuid.uuid4())
         self.indexed = spec.get("completionMode", "NonIndexed") == "Indexed"
         self.parallelism: int = int(spec.get("parallelism", 1))
         completions = spec.get("completions")
@@ -81,8 +92,13 @@ class JobController:
         self._fill(runtime)
 
     def _plan(self, index: int | None) -> PodPlan:
-        labels = {**self.template.get("metadata", {}).get("labels", {}), "job-name": self.name}
-        labels["batch.kubernetes.io/job-name"] = self.name
+        labels = {
+            **self.template.get("metadata", {}).get("labels", {}),
+            UID_KEY: self.uid,
+            NAME_KEY: self.name,
+            LEGACY_UID_KEY: self.uid,
+            LEGACY_NAME_KEY: self.name,
+        }
         annotations = dict(self.template.get("metadata", {}).get("annotations", {}))
         extra_env: dict[str, str] = {}
         if index is not None:

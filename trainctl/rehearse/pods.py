@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,7 @@ class PodPlan:
     annotations: dict[str, str] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @property
     def pod_hostname(self) -> str:
@@ -211,6 +213,7 @@ class Runtime:
     def _field(self, plan: PodPlan, address: str, path: str) -> str:
         simple = {
             "metadata.name": plan.name,
+            "metadata.uid": plan.uid,
             "metadata.namespace": plan.namespace,
             "status.podIP": address,
             "status.podIPs": address,
