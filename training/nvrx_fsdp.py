@@ -40,6 +40,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from transformers import AutoTokenizer, PreTrainedModel
 
 from training import checkpointing as ckpt
+from training import emf
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.faults import FaultInjector, FaultKind, FaultSpec, check_fault, check_rank, default_marker, parse_fault
 from training.fsdp import load_model, shard_model
@@ -560,6 +561,8 @@ class Session:
         self.saver: ckpt.Saver | None = None
         self.ckpt_group: dist.ProcessGroup | None = None
         self.source: BatchSource | None = None
+        self.emf: emf.Emitter | None = None
+        self.identity: emf.JobIdentity | None = None
 
     def _init_process_group(self) -> None:
         timeout = pg_timeout(self.job, self.plan)
@@ -594,7 +597,8 @@ class Session:
         job.ckpt_dir.mkdir(parents=True, exist_ok=True)
         context = {"run_id": self.run_id, "restart": self.restart, "iteration": self.iteration}
         journal = Journal(job.journal, rank, context)
-        journal.event("start")
+        journal.event("start", process_start=emf.process_start_time())
+        self._start_metrics(rank, world_size)
         if rank == 0 and (self.restart or self.iteration):
             log(f"restart detected: torchelastic restart {self.restart}, in-process iteration {self.iteration}")
         state, device = self._build(rank, world_size, journal)
@@ -613,6 +617,27 @@ class Session:
         dist.barrier()
         self.heartbeats.stop()
         self._release()
+
+    def _start_metrics(self, rank: int, world_size: int) -> None:
+        """Rank 0 publishes EMF lines (training/emf.py): a restart now, throughput every --log-every steps."""
+        if rank != 0:
+            return
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        self.identity = emf.identity_from_env(
+            model=self.job.model, world_size=world_size, local_world_size=local, default_job=self.run_id
+        )
+        self.emf = emf.Emitter()
+        if self.restart or self.iteration:
+            self.emf.emit(emf.restart(self.identity, restart_count=self.restart, iteration=self.iteration))
+
+    def _emit_throughput(self, step: int, seconds: float) -> None:
+        if self.emf is None or self.identity is None:
+            return
+        world_size = dist.get_world_size()
+        tokens = self.job.batch_size * self.job.seq_len * world_size
+        self.emf.emit(
+            emf.throughput(self.identity, step=step, step_time_s=seconds, tokens=tokens, world_size=world_size)
+        )
 
     def _saver(self) -> ckpt.Saver:
         assert self.saver is not None
@@ -716,6 +741,7 @@ class Session:
                 journal.event("step", step=step, seconds=seconds, loss=loss)
                 if step % job.log_every == 0 or step == job.steps:
                     log(f"step {step}/{job.steps} loss {loss:.4f} ({seconds * 1e3:.0f} ms)")
+                    self._emit_throughput(step, seconds)
             if job.is_checkpoint_step(step):
                 saver.save(step, state)
                 if rank == 0:

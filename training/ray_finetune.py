@@ -31,6 +31,7 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from training import emf
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.fsdp import load_model, shard_model
 from training.rehearsal import cpu_rehearsal
@@ -209,6 +210,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr)
     model.train()
     tokens_per_step = job.batch_size * job.seq_len * world_size
+    # Rank 0 publishes throughput as EMF lines (training/emf.py); the report log gets wall-clock times
+    # for the goodput ledger (trainctl goodput).
+    started = emf.process_start_time()
+    metrics = emf.Emitter() if rank == 0 else None
+    identity = emf.identity_from_env(
+        model=job.model,
+        world_size=world_size,
+        local_world_size=context.get_local_world_size(),
+        default_job=context.get_experiment_name(),
+    )
     train_time, loss = 0.0, math.nan
     for step in range(job.steps):
         start = time.perf_counter()
@@ -216,7 +227,15 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         loss = global_mean(train_step(model, optimizer, source, step, device), world_size)
         seconds = time.perf_counter() - start
         train_time += seconds
-        ray.train.report(step_metrics(step + 1, loss, seconds, tokens_per_step))
+        if metrics is not None:
+            metrics.emit(
+                emf.throughput(
+                    identity, step=step + 1, step_time_s=seconds, tokens=tokens_per_step, world_size=world_size
+                )
+            )
+        ray.train.report(
+            {**step_metrics(step + 1, loss, seconds, tokens_per_step), "time": time.time(), "process_start": started}
+        )
     report_final(model, tokenizer, total_metrics(job.steps, loss, train_time, tokens_per_step))
 
 
