@@ -101,6 +101,15 @@ ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
         ),
     ),
     Acknowledgment(
+        path="AddOns/CloudWatchObservability/AgentRole",
+        rule=_managed("CloudWatchAgentServerPolicy"),
+        reason=(
+            "The amazon-cloudwatch-observability add-on's agent role carries the policy the CloudWatch user guide "
+            "prescribes for it (Container-Insights-setup-EKS-addon, EKS Pod Identity); AWS keeps it in step with "
+            "what the agent calls (PutMetricData, its log groups, EC2 describe for node metadata)."
+        ),
+    ),
+    Acknowledgment(
         path="CheckpointStorage/ControllerRole/DefaultPolicy",
         rule=f"{IAM5}[Resource::*]",
         reason=(

@@ -29,6 +29,7 @@ from constructs import Construct
 from infra.addons.fsx_checkpoints import FsxCheckpointStorage
 from infra.addons.stack import ClusterAddOns
 from infra.cluster import EksCluster
+from infra.monitoring import AlarmTopic, EnvironmentDashboard, GpuGroupAlarms
 from infra.network import Network
 from infra.nodegroups.efa import EfaNodeGroup
 from infra.nodegroups.system import SystemNodeGroup
@@ -63,6 +64,16 @@ class PlatformStack(Stack):
             environment=environment,
             cluster=self.cluster,
             system_nodes=self.system_nodes.nodegroup,
+        )
+
+        # Alarms live in each Gpu-<group> stack; their topic and the dashboard here (infra/monitoring.py).
+        self.alarm_topic = (
+            AlarmTopic(self, "AlarmTopic", environment=environment) if environment.add_ons.observability else None
+        )
+        self.dashboard = (
+            EnvironmentDashboard(self, "Dashboard", environment=environment)
+            if environment.add_ons.observability and environment.gpu_node_groups
+            else None
         )
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster.cluster_name)
@@ -104,7 +115,8 @@ class StorageStack(Stack):
             environment=environment.name,
             after=[cluster.addons["eks-pod-identity-agent"], platform.system_nodes.nodegroup],
         )
-        self.checkpoints.claim.node.add_dependency(platform.add_ons.namespaces.manifests["training"])
+        for namespace in CLAIM_NAMESPACES:
+            self.checkpoints.claim.node.add_dependency(platform.add_ons.namespaces.manifests[namespace.name])
 
 
 class GpuNodeGroupStack(Stack):
@@ -133,6 +145,11 @@ class GpuNodeGroupStack(Stack):
             nodegroup_name=f"{environment.cluster.name}-{group.name}",
         )
         cluster.order_before(self.nodes.nodegroup)
+        self.alarms = (
+            GpuGroupAlarms(self, "Alarms", environment=environment, group=group, topic=platform.alarm_topic.topic)
+            if platform.alarm_topic is not None
+            else None
+        )
 
 
 class PlatformStage(Stage):

@@ -20,6 +20,7 @@ from infra.addons.kuberay_operator import KubeRayOperator, KubeRayOperatorProps
 from infra.addons.namespaces import PlatformNamespaces
 from infra.addons.node_monitoring import NodeMonitoringAgent
 from infra.addons.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginProps
+from infra.addons.observability import CloudWatchObservability
 from infra.cluster import EksCluster
 from infra.spec import Environment
 from infra.spec.namespaces import KUBERAY, TRAINING_NAMESPACES
@@ -72,4 +73,16 @@ class ClusterAddOns(Construct):
         )
         self.node_monitoring = (
             NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=icluster) if config.node_monitoring_agent else None
+        )
+        # The agent's pod needs its Pod Identity credentials and a node to run on.
+        self.observability = (
+            CloudWatchObservability(
+                self,
+                "CloudWatchObservability",
+                cluster=icluster,
+                cluster_name=cluster.cluster.cluster_name,
+                after=[cluster.addons["eks-pod-identity-agent"], system_nodes],
+            )
+            if config.observability
+            else None
         )

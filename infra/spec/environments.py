@@ -48,6 +48,7 @@ DNS_LABEL = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
 _ACCOUNT = re.compile(r"^\d{12}$")
 _REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 _ROLE_NAME = re.compile(r"^[\w+=,.@-]{1,64}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _PRINCIPAL_ARN = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 
 
@@ -422,7 +423,9 @@ _PERSISTENT_2_THROUGHPUT = (125, 250, 500, 1000)
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointStorageConfig:
-    """An FSx for Lustre file system in the GPU zone, mounted by jobs through a claim."""
+    """An FSx for Lustre file system in the GPU zone, mounted by jobs through a claim of the same name in each
+    workload namespace (`training` for the NVRx job, `ray` for Ray Train's storage_path): two static
+    PersistentVolumes of the one file system, since a claim binds one volume and lives in one namespace."""
 
     deployment: LustreDeployment = LustreDeployment.PERSISTENT_2
     storage_capacity_gib: int = 2400
@@ -464,6 +467,20 @@ class AddOnsConfig:
     kuberay_operator: bool = True
     node_monitoring_agent: bool = True
     checkpoint_storage: CheckpointStorageConfig | None = None
+    # Container Insights (GPU/EFA metrics), the SNS alarm topic, per-group alarms and the dashboard.
+    observability: bool = True
+    # Subscribed to the alarm topic (SNS sends a confirmation mail first); None: no subscription.
+    alarm_email: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.alarm_email is not None and not _EMAIL.match(self.alarm_email):
+            raise ConfigError(
+                "add_ons.alarm_email", self.alarm_email, "an e-mail address such as ml-oncall@example.com"
+            )
+        if self.alarm_email is not None and not self.observability:
+            raise ConfigError(
+                "add_ons.alarm_email", self.alarm_email, "None while add_ons.observability is off (no alarms to send)"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -506,6 +523,10 @@ class Environment:
         if len(set(names)) != len(names):
             raise ConfigError("gpu_node_groups.name", names, "distinct group names")
         self._check_add_on_prerequisites()
+        if self.add_ons.observability:
+            from infra.spec.alarms import check_unique_instance_types
+
+            check_unique_instance_types([(g.name, g.instance_type) for g in self.gpu_node_groups])
         # Imported here: addressing reads Environment, so it cannot be imported at module top.
         from infra.spec.addressing import check_address_budget
 
@@ -558,8 +579,14 @@ def _dev() -> Environment:
                 workload_nodes=2,
             ),
         ),
-        # No FSx in dev: Ray Train checkpoints go to the Ray storage path.
-        add_ons=AddOnsConfig(checkpoint_storage=None),
+        # Multi-node jobs need checkpoints on storage every pod sees (issue 17): the smallest, unreplicated FSx for
+        # Lustre. SCRATCH_2 is $0.140 per GB-month in us-west-2 and us-east-1 (aws.amazon.com/fsx/lustre/pricing,
+        # scratch SSD; prorated by the second): 1,200 GB is about $168 a month.
+        add_ons=AddOnsConfig(
+            checkpoint_storage=CheckpointStorageConfig(
+                deployment=LustreDeployment.SCRATCH_2, storage_capacity_gib=1200, throughput_per_tib=None
+            )
+        ),
     )
 
 

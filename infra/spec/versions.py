@@ -21,6 +21,11 @@ MANAGED_ADDONS: MappingProxyType[str, str] = MappingProxyType(
         "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
         "aws-fsx-csi-driver": "v1.9.0-eksbuild.1",
         "eks-node-monitoring-agent": "v1.4.0-eksbuild.2",
+        # Container Insights with enhanced observability (GPU metrics need >= v1.3.0, EFA metrics
+        # >= v1.5.2, EKS Pod Identity >= v3.1.0). v6.2.0-eksbuild.1 is the version the CloudWatch user
+        # guide names ("Install the CloudWatch agent with the Amazon CloudWatch Observability EKS add-on");
+        # its Helm chart twin is aws-observability/helm-charts release 6.2.0 (2026-06-10).
+        "amazon-cloudwatch-observability": "v6.2.0-eksbuild.1",
     }
 )
 
@@ -35,6 +40,13 @@ RAY_VERSION = "2.58.0"
 # workload charts are typed and validated against must be the same release.
 KUBERAY_VERSION = "1.7.0"
 
+# Kueue: the chart (controller image v<version>) and the CRDs vendored in k8s/crds/kueue-v<version>/
+# that the queue objects are validated against. 0.19.2 is built against the KubeRay ray-operator
+# v1.6.2 Go types (its go.mod); the ray.io/v1 RayJob/RayCluster API is unchanged in 1.7.0: the bump
+# on kueue main (commit efa3c9d7, #14669) says "No source changes were needed; the RayJob/RayCluster
+# adapters build and their unit tests pass against the new API".
+KUEUE_VERSION = "0.19.2"
+
 
 # Chart versions checked against each chart repository's history. aws-efa-k8s-device-plugin:
 # aws/eks-charts gh-pages index.yaml (2026-08-03) and every Chart.yaml on master list v0.5.30
@@ -42,6 +54,10 @@ KUBERAY_VERSION = "1.7.0"
 # nvidia-device-plugin 0.20.0: in NVIDIA/k8s-device-plugin gh-pages index.yaml (2026-08-20) and tag v0.20.0.
 # kuberay-operator 1.7.0: not in the stored ray-project/kuberay-helm snapshot (2025-07-16, newest 1.4.2);
 # `trainctl preflight` checks every pin against the live index.yaml before a deploy.
+# kueue 0.19.2 (kubernetes-sigs/kueue tag v0.19.2, 2026-08-20, the newest release): published only
+# as an OCI artifact (charts/kueue/README.md: `helm install kueue oci://registry.k8s.io/kueue/charts/kueue`;
+# hack/helm-chart-package.sh pushes it with `helm push` to the staging registry, promoted from there).
+# There is no index.yaml repository: preflight resolves the tag through the OCI distribution API.
 @dataclass(frozen=True, kw_only=True)
 class HelmChartPin:
     repository: str
@@ -59,6 +75,12 @@ HELM_CHARTS: MappingProxyType[str, HelmChartPin] = MappingProxyType(
         ),
         "kuberay-operator": HelmChartPin(
             repository="https://ray-project.github.io/kuberay-helm/", chart="kuberay-operator", version=KUBERAY_VERSION
+        ),
+        # OCI: `repository` is the chart's full reference; the EKS kubectl handler runs
+        # `helm pull <repository> --version <version> --untar` for oci:// repositories
+        # (aws-cdk-lib 2.275.0, custom-resource-handlers aws-eks-v2 kubectl-handler/helm get_oci_cmd).
+        "kueue": HelmChartPin(
+            repository="oci://registry.k8s.io/kueue/charts/kueue", chart="kueue", version=KUEUE_VERSION
         ),
     }
 )

@@ -1,0 +1,98 @@
+"""Container Insights with enhanced observability: the amazon-cloudwatch-observability EKS managed add-on.
+
+It installs the CloudWatch agent (a DaemonSet, through its operator), Fluent Bit and the DCGM exporter,
+and publishes per-node and per-pod NVIDIA GPU and EFA metrics (infra/spec/metrics.py lists the ones the
+alarms read). Settings, from the CloudWatch user guide "Install the CloudWatch agent with the Amazon
+CloudWatch Observability EKS add-on or the Helm chart" and the add-on's Helm chart
+(aws-observability/helm-charts charts/amazon-cloudwatch-observability, values.yaml), which share their
+configuration values:
+
+- Permissions through EKS Pod Identity (add-on >= v3.1.0): a role trusted by pods.eks.amazonaws.com,
+  associated with the `cloudwatch-agent` service account in `amazon-cloudwatch`, carrying the AWS managed
+  CloudWatchAgentServerPolicy the guide prescribes (PutMetricData, the agent's log groups, EC2 describe
+  calls for the node metadata); the association exists before the add-on, so the agent never starts
+  without credentials.
+- `tolerations`: the chart's root default (`- operator: Exists`) is written out as the GPU taint's
+  toleration, so the agent, Fluent Bit and the DCGM exporter run on the tainted GPU nodes (and on the
+  untainted system nodes); `--configuration-values` replaces the whole configuration, so nothing here
+  relies on a default that a later version may change.
+- `agent.config`: `kubernetes.enhanced_container_insights` and `accelerated_compute_metrics` (GPU, EFA)
+  on, and `logs.metrics_collected.emf`, which makes the agent listen for embedded-metric-format lines on
+  port 25888 TCP/UDP; the operator then adds `emf-tcp`/`emf-udp` to the `cloudwatch-agent` Service
+  (amazon-cloudwatch-agent-operator internal/manifests/collector/ports.go). Training pods send their
+  throughput lines there (training/emf.py, EMF_AGENT_ENDPOINT below).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from infra.spec.scheduling import gpu_toleration
+from infra.spec.versions import MANAGED_ADDONS
+
+ADDON = "amazon-cloudwatch-observability"
+NAMESPACE = "amazon-cloudwatch"
+SERVICE_ACCOUNT = "cloudwatch-agent"
+AGENT_POLICY = "CloudWatchAgentServerPolicy"
+EMF_PORT = 25888
+# What training pods put in AWS_EMF_AGENT_ENDPOINT (the agent's Service, created by the operator).
+EMF_AGENT_ENDPOINT = f"tcp://{SERVICE_ACCOUNT}.{NAMESPACE}:{EMF_PORT}"
+
+
+def configuration(cluster_name: str) -> dict[str, Any]:
+    """The add-on's configuration values (JSON, the Helm chart's values schema)."""
+    return {
+        "tolerations": [gpu_toleration()],
+        "agent": {
+            "config": {
+                "logs": {
+                    "metrics_collected": {
+                        "kubernetes": {
+                            "cluster_name": cluster_name,
+                            "enhanced_container_insights": True,
+                            "accelerated_compute_metrics": True,
+                        },
+                        "emf": {},
+                    }
+                },
+            }
+        },
+    }
+
+
+class CloudWatchObservability(Construct):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, cluster_name: str, after: list[Construct]
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(
+            self,
+            "AgentRole",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            description="CloudWatch agent of the amazon-cloudwatch-observability add-on (EKS Pod Identity)",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(AGENT_POLICY)],
+        )
+        self.pod_identity = eks.CfnPodIdentityAssociation(
+            self,
+            "PodIdentity",
+            cluster_name=cluster_name,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            role_arn=self.role.role_arn,
+        )
+        self.configuration = configuration(cluster_name)
+        self.addon = eks.Addon(
+            self,
+            "Addon",
+            cluster=cluster,
+            addon_name=ADDON,
+            addon_version=MANAGED_ADDONS[ADDON],
+            configuration_values=self.configuration,
+        )
+        self.addon.node.add_dependency(self.pod_identity)
+        for dependency in after:
+            self.addon.node.add_dependency(dependency)

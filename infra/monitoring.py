@@ -1,0 +1,249 @@
+"""Alarms for a too-slow success, their SNS topic and the environment's dashboard.
+
+Which stack holds what (infra/stage.py):
+- Platform: the KMS-encrypted SNS topic (with the optional e-mail subscription) and the dashboard of the
+  environment, which shows every GPU group; both live as long as the cluster.
+- Gpu-<group>: that group's alarms, built from infra/spec/alarms.py (the same rules the pure evaluator
+  checks against recorded series). They are created and removed with the group: a group whose stack
+  rolled back after a capacity failure leaves no alarm on metrics that cannot exist, and adding a group
+  never touches Platform's alarms. The topic crosses stacks as a construct attribute (an export of Platform).
+
+Why Metrics Insights queries, a composite alarm and no Lambda: see infra/spec/alarms.py.
+CloudWatch alarm actions publishing to a KMS-encrypted topic need the key to let cloudwatch.amazonaws.com
+use it (kms:Decrypt, kms:GenerateDataKey*; Amazon SNS developer guide, "Enabling compatibility between
+event sources from AWS services and encrypted topics"); the key policy below grants exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from infra.spec import Environment, GpuNodeGroupConfig
+from infra.spec.alarms import AlarmRule, GroupAlarms, group_alarm_rules
+
+
+def rules_for(environment: Environment, group: GpuNodeGroupConfig) -> GroupAlarms:
+    return group_alarm_rules(cluster=environment.cluster.name, group=group.name, instance_type=group.instance_type)
+
+
+class AlarmTopic(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment) -> None:
+        super().__init__(scope, construct_id)
+        self.key = kms.Key(
+            self,
+            "Key",
+            description=f"Encrypts the alarm topic of environment {environment.name}",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, "*" is this key
+            )
+        )
+        self.topic = sns.Topic(
+            self,
+            "Topic",
+            display_name=f"ML platform alarms ({environment.name})",
+            master_key=self.key,
+            enforce_ssl=True,
+        )
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+            )
+        )
+        email = environment.add_ons.alarm_email
+        self.subscription = (
+            self.topic.add_subscription(subscriptions.EmailSubscription(email)) if email is not None else None
+        )
+
+
+def _query_alarm(scope: Construct, rule: AlarmRule, *, name: str, actions: list[str]) -> cw.CfnAlarm:
+    common: dict[str, Any] = {
+        "alarm_name": name,
+        "alarm_description": rule.description,
+        "comparison_operator": rule.comparison.value,
+        "threshold": rule.threshold,
+        "evaluation_periods": rule.evaluation_periods,
+        "datapoints_to_alarm": rule.datapoints_to_alarm,
+        "treat_missing_data": rule.missing.value,
+        "actions_enabled": bool(actions),
+        "alarm_actions": actions or None,
+        "ok_actions": actions or None,
+    }
+    if rule.query is not None:
+        common["metrics"] = [
+            cw.CfnAlarm.MetricDataQueryProperty(id="q", expression=rule.query, period=rule.period_s, return_data=True)
+        ]
+    else:
+        assert rule.dimensions is not None
+        assert rule.statistic is not None
+        common |= {
+            "namespace": rule.metric.namespace,
+            "metric_name": rule.metric.name,
+            "dimensions": [cw.CfnAlarm.DimensionProperty(name=k, value=v) for k, v in rule.dimensions.items()],
+            "statistic": rule.statistic,
+            "period": rule.period_s,
+        }
+    return cw.CfnAlarm(scope, rule.name, **common)
+
+
+class GpuGroupAlarms(Construct):
+    """One GPU group's alarms: fabric idle while GPUs are busy (composite), throughput under baseline
+    (per job), restarts per hour."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        group: GpuNodeGroupConfig,
+        topic: sns.ITopic,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.rules = rules_for(environment, group)
+        prefix = environment.cluster.name
+        actions = [topic.topic_arn]
+        self.children = {
+            rule.name: _query_alarm(self, rule, name=f"{prefix}-{rule.name}", actions=[])
+            for rule in self.rules.fabric_children
+        }
+        self.fabric_idle = cw.CfnCompositeAlarm(
+            self,
+            "FabricIdle",
+            alarm_name=f"{prefix}-{group.name}-fabric-idle-gpus-busy",
+            alarm_description=(
+                f"GPUs of group {group.name} busy while every EFA interface is idle for "
+                f"{self.rules.gpu_busy.evaluation_periods} minutes: a job on TCP or a stalled collective. "
+                "Check the job's NCCL lines (trainctl logs, the fabric analyzer) and its throughput alarm."
+            ),
+            alarm_rule=" AND ".join(f'ALARM("{alarm.alarm_name}")' for alarm in self.children.values()),
+            actions_enabled=True,
+            alarm_actions=actions,
+            ok_actions=actions,
+        )
+        for child in self.children.values():
+            self.fabric_idle.node.add_dependency(child)
+        self.throughput = {
+            baseline.key: _query_alarm(self, rule, name=f"{prefix}-{rule.name}", actions=actions)
+            for baseline, rule in self.rules.throughput
+        }
+        self.restarts = _query_alarm(
+            self, self.rules.restarts, name=f"{prefix}-{self.rules.restarts.name}", actions=actions
+        )
+
+
+def _widget(
+    title: str, rules: list[AlarmRule], region: str, *, y: int, x: int, annotations: list[dict[str, Any]]
+) -> dict[str, Any]:
+    metrics: list[Any] = []
+    for index, rule in enumerate(rules):
+        if rule.query is not None:
+            metrics.append([{"expression": rule.query, "id": f"q{index}", "label": rule.metric.name, "period": 60}])
+        else:
+            assert rule.dimensions is not None
+            dims = [item for kv in rule.dimensions.items() for item in kv]
+            metrics.append(
+                [rule.metric.namespace, rule.metric.name, *dims, {"stat": rule.statistic, "period": rule.period_s}]
+            )
+    return {
+        "type": "metric",
+        "x": x,
+        "y": y,
+        "width": 6,
+        "height": 6,
+        "properties": {
+            "title": title,
+            "region": region,
+            "view": "timeSeries",
+            "metrics": metrics,
+            "annotations": {"horizontal": annotations},
+        },
+    }
+
+
+def dashboard_body(environment: Environment) -> dict[str, Any]:
+    widgets: list[dict[str, Any]] = []
+    region = environment.region
+    for row, group in enumerate(environment.gpu_node_groups):
+        rules = rules_for(environment, group)
+        y = row * 6
+        name = f"{group.name} ({group.instance_type})"
+        widgets.append(
+            _widget(
+                f"{name}: GPU utilisation (max)",
+                [rules.gpu_busy],
+                region,
+                y=y,
+                x=0,
+                annotations=[{"label": "busy", "value": rules.gpu_busy.threshold}],
+            )
+        )
+        widgets.append(
+            _widget(
+                f"{name}: EFA bytes/s (max per interface)",
+                [rules.efa_rx_idle, rules.efa_tx_idle],
+                region,
+                y=y,
+                x=6,
+                annotations=[{"label": "idle floor", "value": rules.efa_rx_idle.threshold}],
+            )
+        )
+        throughput = [rule for _, rule in rules.throughput]
+        widgets.append(
+            _widget(
+                f"{name}: tokens/s per job vs baseline",
+                throughput,
+                region,
+                y=y,
+                x=12,
+                annotations=[
+                    annotation
+                    for baseline, rule in rules.throughput
+                    for annotation in (
+                        {"label": f"baseline {baseline.node_count} nodes", "value": baseline.tokens_per_s},
+                        {"label": "alarm", "value": rule.threshold},
+                    )
+                ],
+            )
+        )
+        widgets.append(
+            _widget(
+                f"{name}: restarts per hour",
+                [rules.restarts],
+                region,
+                y=y,
+                x=18,
+                annotations=[{"label": "alarm", "value": rules.restarts.threshold}],
+            )
+        )
+    return {"widgets": widgets}
+
+
+class EnvironmentDashboard(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment) -> None:
+        super().__init__(scope, construct_id)
+        self.body = dashboard_body(environment)
+        self.dashboard = cw.CfnDashboard(
+            self,
+            "Dashboard",
+            dashboard_name=f"{environment.cluster.name}-training",
+            dashboard_body=json.dumps(self.body, sort_keys=True),
+        )

@@ -1,0 +1,92 @@
+"""The CloudWatch metrics the alarms and the dashboard read: names, dimensions, units, sources.
+
+Container Insights with enhanced observability (the amazon-cloudwatch-observability add-on, namespace
+ContainerInsights), CloudWatch user guide "Amazon EKS and Kubernetes Container Insights with enhanced
+observability metrics" (Container-Insights-metrics-enhanced-EKS.html):
+
+- NVIDIA GPU metrics (add-on >= v1.3.0-eksbuild.1, NVIDIA device plugin and container toolkit on the
+  nodes): `node_gpu_utilization` (percent) with dimension sets [ClusterName],
+  [ClusterName, InstanceId, NodeName] and [ClusterName, InstanceId, InstanceType, NodeName, GpuDevice].
+- EFA metrics (add-on >= v1.5.2-eksbuild.1, EFA device plugin on the cluster): `node_efa_rx_bytes` and
+  `node_efa_tx_bytes` (Bytes/Second) with [ClusterName], [ClusterName, InstanceId, NodeName] and
+  [ClusterName, InstanceId, InstanceType, NodeName, NetworkInterfaceId].
+
+No dimension names the node group. Only the widest sets carry InstanceType, so a GPU group is selected by
+ClusterName + InstanceType in a Metrics Insights query over that schema: exact as long as no two GPU
+groups of a cluster share an instance type, which infra/spec/alarms.py checks.
+
+The training metrics are emitted by training/emf.py (the one place their names live) and imported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from training.emf import (
+    INSTANCE_TYPE,
+    JOB_NAME,
+    MODEL,
+    NAMESPACE,
+    NODE_COUNT,
+    RESTARTS,
+    STEP_TIME,
+    THROUGHPUT_DIMENSIONS,
+    TOKENS_PER_SECOND,
+)
+
+CONTAINER_INSIGHTS = "ContainerInsights"
+SOURCE = "docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-metrics-enhanced-EKS.html"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricSchema:
+    namespace: str
+    name: str
+    unit: str
+    # The dimension set the queries select from (Metrics Insights SCHEMA matches it exactly).
+    dimensions: tuple[str, ...]
+
+    def schema(self) -> str:
+        return f'SCHEMA("{self.namespace}", {", ".join(sorted(self.dimensions))})'
+
+
+NODE_GPU_UTILIZATION = MetricSchema(
+    namespace=CONTAINER_INSIGHTS,
+    name="node_gpu_utilization",
+    unit="Percent",
+    dimensions=("ClusterName", "InstanceId", "InstanceType", "NodeName", "GpuDevice"),
+)
+NODE_EFA_RX_BYTES = MetricSchema(
+    namespace=CONTAINER_INSIGHTS,
+    name="node_efa_rx_bytes",
+    unit="Bytes/Second",
+    dimensions=("ClusterName", "InstanceId", "InstanceType", "NodeName", "NetworkInterfaceId"),
+)
+NODE_EFA_TX_BYTES = MetricSchema(
+    namespace=CONTAINER_INSIGHTS,
+    name="node_efa_tx_bytes",
+    unit="Bytes/Second",
+    dimensions=("ClusterName", "InstanceId", "InstanceType", "NodeName", "NetworkInterfaceId"),
+)
+JOB_TOKENS_PER_SECOND = MetricSchema(
+    namespace=NAMESPACE, name=TOKENS_PER_SECOND, unit="Count/Second", dimensions=THROUGHPUT_DIMENSIONS[0]
+)
+JOB_STEP_TIME = MetricSchema(namespace=NAMESPACE, name=STEP_TIME, unit="Seconds", dimensions=THROUGHPUT_DIMENSIONS[0])
+JOB_RESTARTS = MetricSchema(namespace=NAMESPACE, name=RESTARTS, unit="Count", dimensions=(INSTANCE_TYPE,))
+
+__all__ = [
+    "CONTAINER_INSIGHTS",
+    "INSTANCE_TYPE",
+    "JOB_NAME",
+    "JOB_RESTARTS",
+    "JOB_STEP_TIME",
+    "JOB_TOKENS_PER_SECOND",
+    "MODEL",
+    "NAMESPACE",
+    "NODE_COUNT",
+    "NODE_EFA_RX_BYTES",
+    "NODE_EFA_TX_BYTES",
+    "NODE_GPU_UTILIZATION",
+    "SOURCE",
+    "MetricSchema",
+]
