@@ -91,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         except GateError as exc:
             broken.append(f"{name}: {exc}")
 
-    print(f"{'gate':<10} {'checked':>8} {'findings':>9}  result")
+    width = max(len("gate"), *(len(name) for name in GATES))
+    print(f"{'gate':<{width}} {'checked':>8} {'findings':>9}  result")
     for result in results:
-        print(f"{result.gate:<10} {result.checked:>8} {len(result.findings):>9}  {'PASS' if result.passed else 'FAIL'}")
+        verdict = "PASS" if result.passed else "FAIL"
+        print(f"{result.gate:<{width}} {result.checked:>8} {len(result.findings):>9}  {verdict}")
     for line in broken:
         print(f"could not run: {line}", file=sys.stderr)
     for result in results:
