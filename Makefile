@@ -23,13 +23,14 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install synth synth-cdk synth-k8s check test lint typecheck fmt bench clean lock
+.PHONY: help install synth synth-cdk synth-k8s check test lint typecheck fmt bench docs clean lock
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
 	@echo "make test    lint, type check, the gates (make check) and the pytest suite"
 	@echo "make check   security and validation gates over cdk.out/ and the manifests (synthesizes first)"
 	@echo "make bench   synth and test-suite times; NVRx recovery times and checkpoint stall (medians, ratios)"
+	@echo "make docs    architecture pictures from infra/spec -> docs/architecture-<env>.dot and .png (Graphviz)"
 	@echo "make clean   remove cdk.out/ and dist/ (keeps the toolchain)"
 
 $(STAMP_PY): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
@@ -88,6 +89,12 @@ fmt: install
 bench: install
 	python scripts/bench.py
 	python scripts/bench_nvrx.py --png docs/nvrx-bench.png
+
+# The pictures' source (.dot) is tested against infra/spec (tests/test_architecture.py); the PNGs
+# are rendered from it by Graphviz, installed from the distribution when missing.
+docs: $(STAMP_PY)
+	command -v dot >/dev/null || { apt-get update && apt-get install -y graphviz; }
+	python scripts/architecture.py --png
 
 lock: $(STAMP_PY)
 	{ echo "# Every transitive Python package, pinned (pip freeze of requirements-dev.txt). Regenerate with 'make lock'."; \

@@ -8,17 +8,18 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.logs import retention_days
-from infra.spec import NetworkConfig
+from infra.spec import NetworkConfig, endpoints
 
-# Interface endpoints that keep image pulls, node bootstrap and logging off the NAT
-# gateways (NAT data processing is billed per GB; ECR layer pulls of multi-GB training
-# images are the bulk of it). S3 is a free gateway endpoint: ECR stores layers in S3.
-INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
+_SERVICES: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
     "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
     "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
     "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
     "Ec2": ec2.InterfaceVpcEndpointAwsService.EC2,
+}
+# The list and why: infra/spec/endpoints.py.
+INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
+    name: _SERVICES[name] for name in endpoints.INTERFACE_ENDPOINTS
 }
 
 

@@ -27,19 +27,21 @@ A /20 (4,096) is too small for prod; the /18 default (16,384) leaves room for 3x
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from typing import TYPE_CHECKING
 
+from infra.spec import endpoints
 from infra.spec.efa import efa_layout
 from infra.spec.errors import ConfigError
 from infra.spec.instances import InstanceType
 
 if TYPE_CHECKING:
-    from infra.spec.environments import Environment
+    from infra.spec.environments import Environment, NetworkConfig
 
 AWS_RESERVED_PER_SUBNET = 5
 EKS_CONTROL_PLANE_ADDRESSES = 16
-INTERFACE_ENDPOINTS = 5  # ecr.api, ecr.dkr, sts, logs, ec2 (infra/network.py)
+INTERFACE_ENDPOINTS = len(endpoints.INTERFACE_ENDPOINTS)
 KUBECTL_LAMBDA_ADDRESSES = 8
 ROLLING_UPDATE_SURGE = 1
 
@@ -89,3 +91,24 @@ def check_address_budget(env: Environment) -> None:
             f"(its GPU zone's nodes at max size plus surge; /{env.network.private_subnet_prefix} has {capacity})",
             "use a shorter prefix (e.g. /18) or lower the node groups' max_size",
         )
+
+
+def subnet_plan(network: NetworkConfig) -> dict[str, tuple[str, str]]:
+    """AZ -> (public CIDR, private CIDR), as aws-cdk-lib's Vpc allocates them: subnet
+    configurations in declared order (public, then private; infra/network.py), each over the AZs
+    in order, every block at the next free address aligned to its size (aws-ec2 ip-addresses.ts
+    `Cidr.allocateSubnetsCidr`, network-util.ts `NetworkBuilder.addSubnet`). The committed
+    template snapshots hold the same CIDRs (tests/test_architecture.py compares them)."""
+    vpc = ipaddress.IPv4Network(network.cidr)
+    cursor = int(vpc.network_address)
+    allocated: list[list[str]] = []
+    for prefix in (network.public_subnet_prefix, network.private_subnet_prefix):
+        size = 2 ** (32 - prefix)
+        blocks = []
+        for _ in network.availability_zones:
+            cursor = -(-cursor // size) * size
+            blocks.append(str(ipaddress.IPv4Network((cursor, prefix))))
+            cursor += size
+        allocated.append(blocks)
+    public, private = allocated
+    return {az: (public[i], private[i]) for i, az in enumerate(network.availability_zones)}
