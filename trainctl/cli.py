@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from trainctl import capacity, fabric_check, logs, pin, preflight, scale, status, submit
+from trainctl import capacity, fabric_check, goodput, logs, pin, preflight, scale, status, submit
 from trainctl.exit_codes import ExitCode
 from trainctl.rehearse import command as rehearse
 
@@ -24,6 +24,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     capacity.add_parser,
     scale.add_parser,
     rehearse.add_parser,
+    goodput.add_parser,
 )
 
 

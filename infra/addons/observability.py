@@ -66,8 +66,17 @@ def configuration(cluster_name: str) -> dict[str, Any]:
 
 class CloudWatchObservability(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, cluster_name: str, after: list[Construct]
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        cluster_name: str,
+        cluster_name_token: str,
+        after: list[Construct],
     ) -> None:
+        """cluster_name: the configured name (written into the agent's configuration as a plain string);
+        cluster_name_token: the cluster's Ref, which orders the Pod Identity association after the cluster."""
         super().__init__(scope, construct_id)
         self.role = iam.Role(
             self,
@@ -79,7 +88,7 @@ class CloudWatchObservability(Construct):
         self.pod_identity = eks.CfnPodIdentityAssociation(
             self,
             "PodIdentity",
-            cluster_name=cluster_name,
+            cluster_name=cluster_name_token,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
             role_arn=self.role.role_arn,

@@ -17,6 +17,7 @@ from constructs import Construct
 
 from infra.addons.efa_device_plugin import EfaDevicePlugin, efa_props_for_region
 from infra.addons.kuberay_operator import KubeRayOperator, KubeRayOperatorProps
+from infra.addons.kueue import KUEUE, Kueue, KueueProps
 from infra.addons.namespaces import PlatformNamespaces
 from infra.addons.node_monitoring import NodeMonitoringAgent
 from infra.addons.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginProps
@@ -40,7 +41,11 @@ class ClusterAddOns(Construct):
         config = environment.add_ons
         icluster = cluster.icluster
         # Manifests go through the kubectl Lambda, which needs a node-less but ready API.
-        namespaces = (*TRAINING_NAMESPACES, KUBERAY) if config.kuberay_operator else TRAINING_NAMESPACES
+        namespaces = (
+            *TRAINING_NAMESPACES,
+            *((KUBERAY,) if config.kuberay_operator else ()),
+            *((KUEUE,) if config.kueue else ()),
+        )
         self.namespaces = PlatformNamespaces(
             self, "Namespaces", cluster=icluster, environment=environment.name, namespaces=namespaces
         )
@@ -71,6 +76,25 @@ class ClusterAddOns(Construct):
             if config.kuberay_operator
             else None
         )
+        # After KubeRay: the manager sets up its RayJob/RayCluster integrations at start, from the
+        # ray.io CRDs the KubeRay chart installs.
+        self.kueue = (
+            Kueue(
+                self,
+                "Kueue",
+                cluster=icluster,
+                environment=environment,
+                props=KueueProps(ray_integrations=config.kuberay_operator),
+                after=[
+                    self.namespaces.manifests[KUEUE.name],
+                    system_nodes,
+                    *((self.kuberay.chart,) if self.kuberay is not None else ()),
+                ],
+                queues_after=[self.namespaces.manifests[ns.name] for ns in TRAINING_NAMESPACES],
+            )
+            if config.kueue
+            else None
+        )
         self.node_monitoring = (
             NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=icluster) if config.node_monitoring_agent else None
         )
@@ -80,7 +104,8 @@ class ClusterAddOns(Construct):
                 self,
                 "CloudWatchObservability",
                 cluster=icluster,
-                cluster_name=cluster.cluster.cluster_name,
+                cluster_name=environment.cluster.name,
+                cluster_name_token=cluster.cluster.cluster_name,
                 after=[cluster.addons["eks-pod-identity-agent"], system_nodes],
             )
             if config.observability

@@ -14,8 +14,9 @@ Metrics Insights alarm limits: 200 per account and Region, the latest 3 hours ev
 Semantics (CloudWatch user guide, "Configuring how CloudWatch alarms treat missing data" and "Evaluating
 an alarm"): at each period the last `evaluation_periods` datapoints are looked at; the alarm is ALARM
 when at least `datapoints_to_alarm` of them breach; missing datapoints count as breaching
-(BREACHING), as not breaching (NOT_BREACHING), keep the state (IGNORE), or, with MISSING, are left
-out, and a window with none present is INSUFFICIENT_DATA.
+(BREACHING), as not breaching (NOT_BREACHING), keep the state while fewer than M datapoints are present
+(IGNORE), or, with MISSING, are left out, and a window with none present is INSUFFICIENT_DATA. (The
+rules' own treatments are BREACHING and NOT_BREACHING, whose evaluation is unambiguous.)
 
 Why MAX: the group-level GPU signal is "some node's GPUs are busy" and the fabric signal is "no EFA
 interface of the group moves data". A TCP fallback leaves every interface near zero; a healthy job on
@@ -225,6 +226,10 @@ def evaluate(rule: AlarmRule, series: Sequence[float | None], *, start: State = 
             flags = [v is not None and rule.comparison.breaches(v, rule.threshold) for v in window]
         else:
             flags = [rule.comparison.breaches(v, rule.threshold) for v in window if v is not None]
+            if rule.missing is Missing.IGNORE and len(flags) < rule.datapoints_to_alarm:
+                # Too few datapoints to decide either way: IGNORE keeps the current state.
+                states.append(state)
+                continue
             if not flags:
                 # IGNORE keeps the state; MISSING has nothing to evaluate.
                 state = state if rule.missing is Missing.IGNORE else State.INSUFFICIENT_DATA

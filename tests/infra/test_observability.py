@@ -1,0 +1,184 @@
+"""Issue 15: the CloudWatch observability add-on, the alarms of each GPU group, the topic and the dashboard
+(from the synthesized templates), and the alarm logic evaluated on recorded metric series."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.addons.observability import ADDON, EMF_PORT, NAMESPACE, SERVICE_ACCOUNT
+from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError
+from infra.spec.alarms import (
+    Comparison,
+    Missing,
+    State,
+    evaluate,
+    fabric_idle_state,
+    group_alarm_rules,
+    per_job_states,
+)
+from infra.spec.baselines import BASELINES
+from infra.spec.operating import OPERATING
+from infra.spec.scheduling import GPU_TAINT_KEY
+from infra.spec.versions import MANAGED_ADDONS
+from tests.helpers import of_type
+
+SERIES = Path(__file__).parent / "fixtures" / "metric_series"
+
+
+def _only(items: list[Any]) -> Any:
+    assert len(items) == 1, items
+    return items[0]
+
+
+def test_addon_is_pinned_with_pod_identity_gpu_toleration_and_emf(
+    stack_templates: dict[str, dict[str, dict[str, Any]]], env_name: str
+) -> None:
+    platform = stack_templates[env_name]["Platform"]
+    addon = _only([a for a in of_type(platform, "AWS::EKS::Addon").values() if a["Properties"]["AddonName"] == ADDON])
+    assert addon["Properties"]["AddonVersion"] == MANAGED_ADDONS[ADDON]
+    config = json.loads(addon["Properties"]["ConfigurationValues"])  # a plain JSON string, no tokens
+    assert config["agent"]["config"]["logs"]["metrics_collected"]["kubernetes"]["cluster_name"] == (
+        ENVIRONMENTS[env_name].cluster.name
+    )
+    assert {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in config["tolerations"]
+    collected = config["agent"]["config"]["logs"]["metrics_collected"]
+    assert collected["kubernetes"]["enhanced_container_insights"] is True
+    assert collected["kubernetes"]["accelerated_compute_metrics"] is True
+    assert collected["emf"] == {}, f"the agent listens for EMF on {EMF_PORT} only with an emf section"
+    association = _only(list(of_type(platform, "AWS::EKS::PodIdentityAssociation").values()))
+    assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == (
+        NAMESPACE,
+        SERVICE_ACCOUNT,
+    )
+    role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    role = platform["Resources"][role_id]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert json.dumps(role["ManagedPolicyArns"]).count("CloudWatchAgentServerPolicy") == 1
+    addon_id = next(k for k, v in of_type(platform, "AWS::EKS::Addon").items() if v is addon)
+    assert any("PodIdentity" in d for d in platform["Resources"][addon_id].get("DependsOn", []))
+
+
+def test_topic_is_kms_encrypted_and_cloudwatch_may_use_the_key(
+    stack_templates: dict[str, dict[str, dict[str, Any]]], env_name: str
+) -> None:
+    platform = stack_templates[env_name]["Platform"]
+    topic = _only(list(of_type(platform, "AWS::SNS::Topic").values()))
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key = platform["Resources"][key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    grants = [s for s in key["KeyPolicy"]["Statement"] if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    assert {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(_only(grants)["Action"])
+    assert not of_type(platform, "AWS::SNS::Subscription"), "no alarm_email: no subscription"
+
+
+def test_each_gpu_group_has_its_alarms_in_its_own_stack(
+    stack_templates: dict[str, dict[str, dict[str, Any]]], env_name: str
+) -> None:
+    environment = ENVIRONMENTS[env_name]
+    for group in environment.gpu_node_groups:
+        template = stack_templates[env_name][f"Gpu-{group.name}"]
+        rules = group_alarm_rules(cluster=environment.cluster.name, group=group.name, instance_type=group.instance_type)
+        alarms = {
+            a["Properties"]["AlarmName"]: a["Properties"] for a in of_type(template, "AWS::CloudWatch::Alarm").values()
+        }
+        floor = OPERATING[group.instance_type].efa_idle_floor_bytes_per_s
+        for rule in rules.fabric_children:
+            props = alarms[f"{environment.cluster.name}-{rule.name}"]
+            (query,) = props["Metrics"]
+            assert query["Expression"] == rule.query
+            assert f"InstanceType = '{group.instance_type}'" in query["Expression"]
+            assert f"ClusterName = '{environment.cluster.name}'" in query["Expression"]
+            assert (props["EvaluationPeriods"], props["DatapointsToAlarm"]) == (10, 9)
+            assert "AlarmActions" not in props, "children only feed the composite"
+        rx = alarms[f"{environment.cluster.name}-{rules.efa_rx_idle.name}"]
+        assert rx["Threshold"] == pytest.approx(floor)
+        assert (rx["ComparisonOperator"], rx["TreatMissingData"]) == ("LessThanThreshold", "breaching")
+        composite = _only(list(of_type(template, "AWS::CloudWatch::CompositeAlarm").values()))["Properties"]
+        for rule in rules.fabric_children:
+            assert f'ALARM("{environment.cluster.name}-{rule.name}")' in composite["AlarmRule"]
+        assert composite["AlarmRule"].count(" AND ") == 2
+        assert len(composite["AlarmActions"]) == 1
+        restarts = alarms[f"{environment.cluster.name}-{group.name}-restarts"]
+        assert (restarts["Namespace"], restarts["MetricName"], restarts["Period"]) == (
+            "MLPlatform/Training",
+            "Restarts",
+            3600,
+        )
+        throughput = [p for name, p in alarms.items() if "-throughput-" in name]
+        expected = [b for b in BASELINES.values() if b.instance_type == group.instance_type]
+        assert len(throughput) == len(expected)
+        for props, baseline in zip(throughput, expected, strict=True):
+            assert props["Threshold"] == pytest.approx(0.8 * baseline.tokens_per_s)
+            assert props["Metrics"][0]["Expression"].endswith("GROUP BY JobName")
+
+
+def test_dashboard_shows_every_gpu_group(stack_templates: dict[str, dict[str, dict[str, Any]]], env_name: str) -> None:
+    platform = stack_templates[env_name]["Platform"]
+    body = json.loads(
+        _only(list(of_type(platform, "AWS::CloudWatch::Dashboard").values()))["Properties"]["DashboardBody"]
+    )
+    titles = [w["properties"]["title"] for w in body["widgets"]]
+    for group in ENVIRONMENTS[env_name].gpu_node_groups:
+        for part in ("GPU utilisation", "EFA bytes/s", "tokens/s per job vs baseline", "restarts per hour"):
+            assert f"{group.name} ({group.instance_type}): {part}" in "\n".join(titles)
+
+
+def test_bad_alarm_email_and_shared_instance_types_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"add_ons\.alarm_email"):
+        AddOnsConfig(alarm_email="not-an-address")
+    with pytest.raises(ConfigError, match=r"add_ons\.alarm_email"):
+        AddOnsConfig(observability=False, alarm_email="oncall@example.com")
+    import dataclasses
+
+    prod = ENVIRONMENTS["prod"]
+    twin = dataclasses.replace(prod.gpu_node_groups[1], name="g6b")
+    with pytest.raises(ConfigError, match=r"gpu_node_groups\[g6b\].instance_type.*no other GPU group"):
+        dataclasses.replace(prod, gpu_node_groups=(*prod.gpu_node_groups, twin))
+
+
+# --- the alarm logic on recorded series -------------------------------------------------------------------------
+
+
+def _load(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((SERIES / f"{name}.json").read_text())
+    return doc
+
+
+@pytest.mark.parametrize("name", ["healthy_efa", "tcp_fallback", "idle_node"])
+def test_fabric_idle_alarm_on_recorded_series(name: str) -> None:
+    doc = _load(name)
+    rules = group_alarm_rules(cluster=doc["cluster"], group=doc["group"], instance_type=doc["instance_type"])
+    assert fabric_idle_state(rules, doc["series"]) is State(doc["expected"])
+
+
+def test_tcp_fallback_alarms_only_after_the_window() -> None:
+    doc = _load("tcp_fallback")
+    rules = group_alarm_rules(cluster=doc["cluster"], group=doc["group"], instance_type=doc["instance_type"])
+    gpu = evaluate(rules.gpu_busy, doc["series"]["node_gpu_utilization"])
+    # 9 of the last 10 minutes must breach: minutes 1-8 are not enough.
+    assert gpu[:8] == [State.OK] * 8
+    assert gpu[8:] == [State.ALARM] * 4
+
+
+def test_throughput_drop_alarms_for_the_slow_job_only() -> None:
+    doc = _load("throughput_drop")
+    rules = group_alarm_rules(cluster=doc["cluster"], group=doc["group"], instance_type=doc["instance_type"])
+    ((_, rule),) = rules.throughput
+    states = per_job_states(rule, doc["series"]["TokensPerSecond"])
+    assert {job: state.value for job, state in states.items()} == doc["expected"]
+
+
+def test_missing_data_treatments_match_cloudwatch() -> None:
+    rule = group_alarm_rules(cluster="c", group="g6", instance_type="g6.12xlarge").gpu_busy
+    assert (rule.comparison, rule.missing) == (Comparison.GREATER, Missing.NOT_BREACHING)
+    assert evaluate(rule, [None] * 10)[-1] is State.OK
+    breaching = group_alarm_rules(cluster="c", group="g6", instance_type="g6.12xlarge").efa_rx_idle
+    assert evaluate(breaching, [None] * 10)[-1] is State.ALARM
+    ignore = __import__("dataclasses").replace(rule, missing=Missing.IGNORE)
+    assert evaluate(ignore, [99.0] * 10 + [None] * 10)[-1] is State.ALARM, "ignore keeps the last state"
+    missing = __import__("dataclasses").replace(rule, missing=Missing.MISSING)
+    assert evaluate(missing, [None] * 3)[-1] is State.INSUFFICIENT_DATA
