@@ -16,23 +16,11 @@ import pytest
 from infra.spec import ENVIRONMENTS
 from k8s.charts.nvrx_job import NvrxJobChart
 from k8s.charts.ray import TrainingCodeChart
-from k8s.check_lock import check_lock
 from k8s.images import ImageLock
 from k8s.nvrx_spec import CheckpointPolicy, FtLauncherConfig, InProcessRestart, NvrxFsdpJob
-from tests.training.tiny import corpus_lines, save_tiny_model
 from trainctl.rehearse import Options, Rehearsal, run
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("rehearsal-model") / "tiny", corpus_lines())
-
-
-@pytest.fixture(scope="session")
-def lock() -> ImageLock:
-    return check_lock(ImageLock.load())
 
 
 def nvrx_job(model: Path, **overrides: Any) -> NvrxFsdpJob:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import yaml
 
 from trainctl.rehearse.jobs import JobController
-from trainctl.rehearse.kuberay import RayClusterController, RayJobController
+from trainctl.rehearse.kuberay import RayClusterController, RayJobController, dashboard_dependency_error
 from trainctl.rehearse.network import Network, open_network
 from trainctl.rehearse.pods import Pod, PodSetupError, Runtime, accelerator_requests
 
@@ -304,6 +304,11 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         if o["kind"] == "ConfigMap"
     }
     services = [o for o in objects if o["kind"] == "Service"]
+    ray_workloads = [f"{o['kind']}/{o['metadata'].get('name')}" for o in workloads if o["kind"] != "Job"]
+    if ray_workloads:
+        missing = dashboard_dependency_error()
+        if missing:
+            raise RehearsalError(f"cannot rehearse {', '.join(ray_workloads)}: {missing}")
     controllers = [_controller(o, options) for o in workloads]
     for c in controllers:
         services += list(getattr(c, "services", []))

@@ -25,6 +25,13 @@ Mirrored from ray-project/kuberay at tag v1.7.0 (read there, cited per fact):
   job's status read from the dashboard; jobDeploymentStatus Complete, or Failed when the Ray job
   FAILED (reason AppFailed) or the deadline passed; shutdownAfterJobFinishes deletes the cluster.
 
+Ray's dashboard: `ray job submit`, the RayJob's jobStatus and the RayCluster node check all go through the
+head's dashboard HTTP server, which Ray starts only when its dashboard packages are importable (ray[default];
+otherwise the dashboard runs `--minimal` and logs "http server disabled": ray/_private/services.py
+start_api_server, ray/_private/utils.py get_dashboard_dependency_error, Ray 2.58). The images ship
+ray[default]; the pods here run this machine's Python, so a minimal Ray is refused before any pod starts
+(`dashboard_dependency_error`) instead of a submitter that waits forever for a dashboard that never answers.
+
 Rehearsal differences (reported): `num-gpus` is 0 whatever the limit (CPU rehearsal), and the
 dashboard is read from inside the head pod's network namespace (KubeRay reads it through the Service).
 """
@@ -200,6 +207,22 @@ class RayClusterPods:
                 continue
             plans += [self.plan("worker", group) for _ in range(int(group.get("replicas", 1)))]
         return plans
+
+
+def dashboard_dependency_error() -> str | None:
+    """Why this Python environment's Ray would start its dashboard without the HTTP server, or None."""
+    from ray._private.utils import get_dashboard_dependency_error
+
+    error = get_dashboard_dependency_error()
+    if error is None:
+        return None
+    import ray
+
+    return (
+        f"Ray's dashboard HTTP server (ray job submit, jobStatus, the node check) needs ray[default], and this "
+        f"Python environment ({sys.prefix}) has a minimal Ray: {error}. The Ray images ship ray[default]; install "
+        f"ray[default]=={ray.__version__} in the environment the rehearsal runs pods with"
+    )
 
 
 def dashboard_get(runtime: Runtime, head: Pod, path: str) -> dict[str, Any] | None:
