@@ -1,4 +1,4 @@
-"""Manifest rules: schemas (Kubernetes at the cluster version, KubeRay CRDs), pinned images,
+"""Manifest rules: schemas (Kubernetes at the cluster version, KubeRay and Kueue CRDs), pinned images,
 nothing exposed outside the cluster, Pod Security labels, container resources."""
 
 from __future__ import annotations
@@ -16,25 +16,36 @@ import yaml
 
 from gates.report import Finding
 from infra.spec.namespaces import PSS, PSS_LEVELS
-from infra.spec.versions import KUBERAY_VERSION, KUBERNETES_VERSION
+from infra.spec.versions import KUBERAY_VERSION, KUBERNETES_VERSION, KUEUE_VERSION
 
 GATE = "manifests"
 ROOT = Path(__file__).resolve().parent.parent
 CRD_DIR = ROOT / "k8s" / "crds" / f"kuberay-v{KUBERAY_VERSION}"
+KUEUE_CRD_DIR = ROOT / "k8s" / "crds" / f"kueue-v{KUEUE_VERSION}"
+# The release each vendored CRD directory comes from, for the finding's wording.
+CRD_SOURCES = ((CRD_DIR, f"KubeRay {KUBERAY_VERSION}"), (KUEUE_CRD_DIR, f"Kueue {KUEUE_VERSION}"))
 PINNED_IMAGE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 EXPOSED_SERVICE_TYPES = ("LoadBalancer", "NodePort")
 
 
 @functools.cache
 def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> strict JSON schema, from the vendored KubeRay CRDs."""
+    """(apiVersion, kind) -> strict JSON schema, from the vendored KubeRay and Kueue CRDs."""
+    return {key: schema for key, (schema, _) in _crds().items()}
+
+
+@functools.cache
+def _crds() -> dict[tuple[str, str], tuple[dict[str, Any], str]]:
+    """(apiVersion, kind) -> (strict JSON schema, the release it comes from)."""
     schemas = {}
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-        for version in crd["spec"]["versions"]:
-            if version.get("served"):
-                schemas[(f"{group}/{version['name']}", kind)] = _strict(version["schema"]["openAPIV3Schema"])
+    for directory, source in CRD_SOURCES:
+        for path in sorted(directory.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                if version.get("served"):
+                    schema = _strict(version["schema"]["openAPIV3Schema"])
+                    schemas[(f"{group}/{version['name']}", kind)] = (schema, source)
     return schemas
 
 
@@ -63,10 +74,11 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _schema(obj: dict[str, Any]) -> Iterator[str]:
     key = (obj.get("apiVersion", ""), obj.get("kind", ""))
-    if key in crd_schemas():
-        for error in sorted(jsonschema.Draft7Validator(crd_schemas()[key]).iter_errors(obj), key=str):
+    if key in _crds():
+        schema, source = _crds()[key]
+        for error in sorted(jsonschema.Draft7Validator(schema).iter_errors(obj), key=str):
             path = ".".join(str(p) for p in error.absolute_path) or "(root)"
-            yield f"{key[1]} does not match the KubeRay {KUBERAY_VERSION} CRD at {path}: {error.message}"
+            yield f"{key[1]} does not match the {source} CRD at {path}: {error.message}"
         return
     try:
         kubernetes_validate.validate(obj, f"{KUBERNETES_VERSION}.0", strict=True)

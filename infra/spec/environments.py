@@ -465,6 +465,8 @@ class AddOnsConfig:
     nvidia_device_plugin: bool = True
     efa_device_plugin: bool = True
     kuberay_operator: bool = True
+    # Admission for the GPU workloads (infra/addons/kueue.py): one queue per GPU group, all-or-nothing.
+    kueue: bool = True
     node_monitoring_agent: bool = True
     checkpoint_storage: CheckpointStorageConfig | None = None
     # Container Insights (GPU/EFA metrics), the SNS alarm topic, per-group alarms and the dashboard.
