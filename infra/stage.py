@@ -146,7 +146,9 @@ class GpuNodeGroupStack(Stack):
         )
         cluster.order_before(self.nodes.nodegroup)
         self.alarms = (
-            GpuGroupAlarms(self, "Alarms", environment=environment, group=group, topic=platform.alarm_topic.topic)
+            GpuGroupAlarms(
+                self, f"Alarms-{group.name}", environment=environment, group=group, topic=platform.alarm_topic.topic
+            )
             if platform.alarm_topic is not None
             else None
         )

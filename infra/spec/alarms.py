@@ -199,21 +199,6 @@ def group_alarm_rules(*, cluster: str, group: str, instance_type: str) -> GroupA
     )
 
 
-def check_unique_instance_types(groups: Sequence[tuple[str, str]]) -> None:
-    """(group, instance type) pairs: the metrics know the instance type only, so it must name one group."""
-    seen: dict[str, str] = {}
-    for group, instance_type in groups:
-        if instance_type in seen:
-            raise ConfigError(
-                f"gpu_node_groups[{group}].instance_type",
-                instance_type,
-                f"an instance type no other GPU group uses (group {seen[instance_type]} has it)",
-                "Container Insights GPU/EFA metrics carry InstanceType, not the node group: merge the groups "
-                "or disable add_ons.observability",
-            )
-        seen[instance_type] = group
-
-
 def evaluate(rule: AlarmRule, series: Sequence[float | None], *, start: State = State.INSUFFICIENT_DATA) -> list[State]:
     """The alarm state after each period of `series` (one value per period, None = missing)."""
     states: list[State] = []

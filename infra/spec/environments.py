@@ -525,10 +525,6 @@ class Environment:
         if len(set(names)) != len(names):
             raise ConfigError("gpu_node_groups.name", names, "distinct group names")
         self._check_add_on_prerequisites()
-        if self.add_ons.observability:
-            from infra.spec.alarms import check_unique_instance_types
-
-            check_unique_instance_types([(g.name, g.instance_type) for g in self.gpu_node_groups])
         # Imported here: addressing reads Environment, so it cannot be imported at module top.
         from infra.spec.addressing import check_address_budget
 

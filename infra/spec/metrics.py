@@ -13,7 +13,8 @@ observability metrics" (Container-Insights-metrics-enhanced-EKS.html):
 
 No dimension names the node group. Only the widest sets carry InstanceType, so a GPU group is selected by
 ClusterName + InstanceType in a Metrics Insights query over that schema: exact as long as no two GPU
-groups of a cluster share an instance type, which infra/spec/alarms.py checks.
+groups of a cluster share an instance type; groups that do (an ODCR group beside a Capacity Block group
+of the same type) each alarm on the nodes of both.
 
 The training metrics are emitted by training/emf.py (the one place their names live) and imported here.
 """

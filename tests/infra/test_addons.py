@@ -298,8 +298,11 @@ def test_fsx_waits_for_every_one_of_its_security_group_rules(stack_templates: di
 
 def test_fsx_csi_driver_with_pod_identity(resources: dict[str, Any]) -> None:
     template = resources["prod"]
-    _, association = only(template, "AWS::EKS::PodIdentityAssociation")
-    props = association["Properties"]
+    (props,) = [  # the CloudWatch agent has one too (tests/infra/test_observability.py)
+        a["Properties"]
+        for a in of_type(template, "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["Namespace"] == "kube-system"
+    ]
     assert (props["Namespace"], props["ServiceAccount"]) == ("kube-system", "fsx-csi-controller-sa")
     role = template["Resources"][props["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
     statement = role["AssumeRolePolicyDocument"]["Statement"][0]
@@ -316,7 +319,11 @@ def test_fsx_csi_driver_with_pod_identity(resources: dict[str, Any]) -> None:
         for k, a in of_type(template, "AWS::EKS::Addon").items()
         if a["Properties"]["AddonName"] == "aws-fsx-csi-driver"
     )
-    association_id = next(iter(of_type(template, "AWS::EKS::PodIdentityAssociation")))
+    association_id = next(
+        k
+        for k, a in of_type(template, "AWS::EKS::PodIdentityAssociation").items()
+        if a["Properties"]["Namespace"] == "kube-system"
+    )
     assert association_id in template["Resources"][addon_id]["DependsOn"]
 
 

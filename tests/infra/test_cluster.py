@@ -98,7 +98,9 @@ def test_no_retained_resource_under_a_fixed_name(resources: dict[str, Any], env_
 
 
 def test_secrets_encrypted_with_a_rotating_customer_key(resources: dict[str, Any], env_name: str) -> None:
-    key_id, key = only(resources[env_name], "AWS::KMS::Key")
+    # The environment also has the alarm topic's key (infra/monitoring.py): take the one the cluster names.
+    key_id = _cluster(resources, env_name)["EncryptionConfig"][0]["Provider"]["KeyArn"]["Fn::GetAtt"][0]
+    key = resources[env_name]["Resources"][key_id]
     assert key["Properties"]["EnableKeyRotation"] is True
     assert key["DeletionPolicy"] == "Retain"
     encryption = _cluster(resources, env_name)["EncryptionConfig"]

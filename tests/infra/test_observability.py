@@ -132,12 +132,15 @@ def test_bad_alarm_email_and_shared_instance_types_are_refused() -> None:
         AddOnsConfig(alarm_email="not-an-address")
     with pytest.raises(ConfigError, match=r"add_ons\.alarm_email"):
         AddOnsConfig(observability=False, alarm_email="oncall@example.com")
-    import dataclasses
 
-    prod = ENVIRONMENTS["prod"]
-    twin = dataclasses.replace(prod.gpu_node_groups[1], name="g6b")
-    with pytest.raises(ConfigError, match=r"gpu_node_groups\[g6b\].instance_type.*no other GPU group"):
-        dataclasses.replace(prod, gpu_node_groups=(*prod.gpu_node_groups, twin))
+
+def test_groups_sharing_an_instance_type_each_get_alarms() -> None:
+    # An ODCR group beside a Capacity Block group of the same type: the metrics carry only InstanceType,
+    # so both groups' alarms watch the nodes of both (infra/spec/metrics.py).
+    a = group_alarm_rules(cluster="ml-prod", group="odcr", instance_type="p5.48xlarge")
+    b = group_alarm_rules(cluster="ml-prod", group="block", instance_type="p5.48xlarge")
+    assert a.gpu_busy.query == b.gpu_busy.query
+    assert a.gpu_busy.name != b.gpu_busy.name
 
 
 # --- the alarm logic on recorded series -------------------------------------------------------------------------

@@ -13,16 +13,13 @@ operations in the same order as the uninterrupted one.
 from __future__ import annotations
 
 import datetime
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from tests.training.nvrx_runs import STEPS, NvrxRun
 from training.faults import FaultKind, FaultSpec
 from training.nvrx_fsdp import (
     InprocessConfig,
@@ -37,16 +34,6 @@ from training.nvrx_fsdp import (
     plan_device,
     summarize,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-FT_LAUNCHER = str(Path(sys.executable).with_name("ft_launcher"))
-STEPS = 8
-CKPT_EVERY = 2
-COMMON = (
-    *("--device", "cpu", "--seq-len", "32", "--batch-size", "2", "--steps", str(STEPS)),
-    *("--ckpt-every", str(CKPT_EVERY), "--ckpt-keep", "2", "--lr", "3e-3", "--seed", "7"),
-)
-
 
 # --- command line ------------------------------------------------------------------------------------------------
 
@@ -169,26 +156,15 @@ def test_summarize_measures_recovery_from_the_journal() -> None:
 # --- real runs ---------------------------------------------------------------------------------------------------
 
 
-def launch(
-    out: Path, model_dir: Path, *extra: str, max_restarts: int = 2, ft: tuple[str, ...] = ()
-) -> tuple[dict[str, Any], str]:
-    metrics = out / "metrics.json"
-    argv = [
-        *(FT_LAUNCHER, "--standalone", "--nproc-per-node", "2", "--max-restarts", str(max_restarts), *ft),
-        *("-m", "training.nvrx_fsdp", *COMMON, "--model", str(model_dir)),
-        *("--ckpt-dir", str(out / "ckpt"), "--metrics-file", str(metrics), *extra),
-    ]
-    env = {**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR"}
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=170, check=False)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-6000:]
-    result: dict[str, Any] = json.loads(metrics.read_text())
-    return result, log
-
-
 @pytest.fixture(scope="module")
-def reference(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    metrics, _ = launch(tmp_path_factory.mktemp("reference"), tiny_model_dir)
+def reference(nvrx_reference: NvrxRun) -> dict[str, Any]:
+    metrics = nvrx_reference.metrics
+    # Rank 0 published one EMF throughput line per step (--log-every 1), each valid per the EMF spec
+    # (validated in launch), and no restart line.
+    throughput = [line for line in nvrx_reference.emf if "TokensPerSecond" in line]
+    assert [line["Step"] for line in throughput] == list(range(1, STEPS + 1))
+    assert all(line["TokensPerSecond"] == pytest.approx(2 * 32 * 2 / line["StepTime"]) for line in throughput)
+    assert not [line for line in nvrx_reference.emf if "Restarts" in line]
     assert [s["step"] for s in metrics["step_times"]] == list(range(1, STEPS + 1))
     assert metrics["recoveries"] == []
     assert metrics["restarts"] == {"torchelastic": 0, "inprocess_iterations": 0, "launches": 1}
@@ -218,9 +194,11 @@ def only_recovery(run: dict[str, Any], kind: str, by: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(180)
 def test_sigkill_restarts_the_workers_and_reproduces_the_uninterrupted_run(
-    reference: dict[str, Any], tiny_model_dir: Path, tmp_path: Path
+    reference: dict[str, Any], nvrx_sigkill: NvrxRun
 ) -> None:
-    run, log = launch(tmp_path, tiny_model_dir, "--fault", "kill", "--fault-step", "6", "--fault-rank", "1")
+    run, log = nvrx_sigkill.metrics, nvrx_sigkill.log
+    (restart_line,) = [line for line in nvrx_sigkill.emf if "Restarts" in line]
+    assert (restart_line["Restarts"], restart_line["TorchelasticRestart"]) == (1, 1)
     recovery = only_recovery(run, "kill", "ft_launcher")
     assert recovery["completed_steps"] == 5
     assert run["restarts"]["torchelastic"] == 1
@@ -231,14 +209,8 @@ def test_sigkill_restarts_the_workers_and_reproduces_the_uninterrupted_run(
 
 
 @pytest.mark.timeout(180)
-def test_exception_is_recovered_in_process(reference: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> None:
-    run, log = launch(
-        tmp_path,
-        tiny_model_dir,
-        *("--fault", "exception", "--fault-step", "6", "--fault-rank", "1", "--inprocess"),
-        *("--inprocess-soft-timeout", "5", "--inprocess-hard-timeout", "10", "--inprocess-barrier-timeout", "20"),
-        max_restarts=0,  # the job only succeeds if the Wrapper recovers without the launcher
-    )
+def test_exception_is_recovered_in_process(reference: dict[str, Any], nvrx_exception: NvrxRun) -> None:
+    run, log = nvrx_exception.metrics, nvrx_exception.log
     only_recovery(run, "exception", "inprocess")
     assert run["restarts"]["torchelastic"] == 0
     assert run["restarts"]["inprocess_iterations"] == 1
@@ -251,16 +223,8 @@ def test_exception_is_recovered_in_process(reference: dict[str, Any], tiny_model
 
 
 @pytest.mark.timeout(180)
-def test_hang_is_caught_by_the_heartbeat_timeout(
-    reference: dict[str, Any], tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    heartbeats = ("--ft-rank-heartbeat-timeout", "5", "--ft-initial-rank-heartbeat-timeout", "60")
-    run, log = launch(
-        tmp_path,
-        tiny_model_dir,
-        *("--fault", "hang", "--fault-step", "5", "--fault-rank", "0"),
-        ft=(*heartbeats, "--ft-workload-check-interval", "1"),
-    )
+def test_hang_is_caught_by_the_heartbeat_timeout(reference: dict[str, Any], nvrx_hang: NvrxRun) -> None:
+    run, log = nvrx_hang.metrics, nvrx_hang.log
     recovery = only_recovery(run, "hang", "ft_launcher")
     assert recovery["recovery_s"] > 5, "detection alone takes the 5 s heartbeat timeout"
     assert "Did not get subsequent heartbeat" in log
@@ -270,13 +234,9 @@ def test_hang_is_caught_by_the_heartbeat_timeout(
 
 @pytest.mark.timeout(180)
 def test_kill_during_async_save_never_loads_the_partial_checkpoint(
-    reference: dict[str, Any], tiny_model_dir: Path, tmp_path: Path
+    reference: dict[str, Any], nvrx_kill_during_save: NvrxRun
 ) -> None:
-    run, log = launch(
-        tmp_path,
-        tiny_model_dir,
-        *("--fault", "kill-during-save", "--fault-step", "6", "--fault-rank", "1", "--ckpt-slow-write-s", "1"),
-    )
+    run, log = nvrx_kill_during_save.metrics, nvrx_kill_during_save.log
     recovery = only_recovery(run, "kill-during-save", "ft_launcher")
     # Saving step 6 first committed step 4; rank 1 died with its step-6 shard on disk, uncommitted.
     assert recovery["last_committed"] == 4
