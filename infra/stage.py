@@ -115,8 +115,7 @@ class StorageStack(Stack):
             environment=environment.name,
             after=[cluster.addons["eks-pod-identity-agent"], platform.system_nodes.nodegroup],
         )
-        for namespace in CLAIM_NAMESPACES:
-            self.checkpoints.claim.node.add_dependency(platform.add_ons.namespaces.manifests[namespace.name])
+        self.checkpoints.claim.node.add_dependency(platform.add_ons.namespaces.manifests["training"])
 
 
 class GpuNodeGroupStack(Stack):
