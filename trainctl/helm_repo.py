@@ -6,8 +6,14 @@ Chart Repository Guide", index file). `helm install --repo URL --version V` reso
 that string against `entries[chart][*].version` (a leading "v" is part of the version string
 when the chart's Chart.yaml has it, as aws/eks-charts' charts do).
 
+A chart published as an OCI artifact has no index: its "repository" is the chart's full reference
+`oci://<registry>/<path>/<chart>` and each version is a tag of it (Helm docs, "Use OCI-based
+registries": `helm push` stores version V as tag V, with "+" written "_"; `helm pull
+oci://... --version V`). `check_oci_chart` asks the registry for that tag's manifest through the OCI
+distribution API (trainctl/registry.py), which is what `helm pull` resolves first.
+
 Every failure is a ChartRepoError whose `kind` says what went wrong; nothing here raises
-urllib's or PyYAML's exceptions.
+urllib's, PyYAML's or the registry client's exceptions.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from trainctl import registry
+
 DEFAULT_TIMEOUT = 20.0
 # The biggest public indexes (aws/eks-charts: every version of every chart) are a few MB.
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -32,7 +40,8 @@ class RepoErrorKind(StrEnum):
     UNREACHABLE = "unreachable"
     """No HTTP answer: refused, timed out, DNS, TLS."""
     NOT_FOUND = "not-found"
-    """The server answered 404 or 410 for index.yaml: no Helm repository at that URL."""
+    """The server answered 404 or 410 for index.yaml: no Helm repository at that URL (for an OCI
+    chart: the registry has no such tag)."""
     HTTP_ERROR = "http-error"
     """Any other non-2xx answer (5xx, 403 from a proxy...)."""
     TOO_LARGE = "too-large"
@@ -128,3 +137,34 @@ def newest(versions: Sequence[str], count: int = 5) -> list[str]:
         return (numbers, 0 if pre else 1, version)
 
     return sorted(dict.fromkeys(versions), key=key, reverse=True)[:count]
+
+
+OCI_SCHEME = "oci://"
+
+
+def is_oci(repository: str) -> bool:
+    return repository.startswith(OCI_SCHEME)
+
+
+def oci_reference(repository: str, version: str) -> str:
+    """`oci://host/path/chart` and a chart version -> `host/path/chart:<tag>` (Helm writes "+" as "_")."""
+    if not is_oci(repository):
+        raise ChartRepoError(RepoErrorKind.MALFORMED, repository, f"{repository!r} is not an oci:// chart reference")
+    return f"{repository.removeprefix(OCI_SCHEME).rstrip('/')}:{version.replace('+', '_')}"
+
+
+def check_oci_chart(repository: str, version: str, *, timeout: float = DEFAULT_TIMEOUT) -> str:
+    """The digest the registry serves for the chart version's tag; ChartRepoError(NOT_FOUND) when the
+    tag does not exist. Plain http only for a loopback registry (tests)."""
+    reference = oci_reference(repository, version)
+    client = registry.RegistryClient(timeout=min(timeout, 300.0), allow_insecure_loopback=True)
+    try:
+        return client.resolve_digest(reference)
+    except registry.NotFoundError as exc:
+        raise ChartRepoError(RepoErrorKind.NOT_FOUND, repository, str(exc)) from None
+    except registry.RegistryNetworkError as exc:
+        raise ChartRepoError(RepoErrorKind.UNREACHABLE, repository, str(exc)) from None
+    except (registry.UnauthorizedError, registry.RegistryResponseError) as exc:
+        raise ChartRepoError(RepoErrorKind.HTTP_ERROR, repository, str(exc)) from None
+    except registry.RegistryError as exc:  # invalid reference, malformed digest, insecure URL
+        raise ChartRepoError(RepoErrorKind.MALFORMED, repository, str(exc)) from None

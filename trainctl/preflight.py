@@ -25,8 +25,9 @@ instance role); the declarations come from infra/spec (environments, instances, 
               launched into that group (capacity.placement_group_name)
   admin       each cluster.admin_principals entry exists (EKS        sts:GetCallerIdentity, iam:GetRole,
               refuses an access entry for a missing one)                  iam:GetUser
-  chart       each pinned Helm chart version (versions.py             HTTP GET <repository>/index.yaml
-              HELM_CHARTS) is listed in its repository's index
+  chart       each pinned Helm chart version (versions.py             HTTP GET <repository>/index.yaml;
+              HELM_CHARTS) is listed in its repository's index,           oci://: HEAD /v2/<chart>/manifests/
+              or (an oci:// chart) its tag exists in the registry         <version> (OCI distribution API)
   leftover    what an earlier deployment left: an EKS cluster, or a   cloudformation:ListStackResources,
               GPU node group, of the fixed name outside its stack         eks:DescribeCluster, Describe-
               (blocks), retained FSx file systems outside the storage     Nodegroup, fsx:DescribeFileSystems,
@@ -62,7 +63,7 @@ from infra.spec.versions import CORE_ADDONS, HELM_CHARTS, KUBERNETES_VERSION, MA
 from trainctl.aws import SERVICES, Aws, AwsError, ErrorKind
 from trainctl.exit_codes import ExitCode
 from trainctl.helm_repo import DEFAULT_TIMEOUT as CHART_TIMEOUT
-from trainctl.helm_repo import ChartIndex, ChartRepoError, RepoErrorKind, fetch_index, newest
+from trainctl.helm_repo import ChartIndex, ChartRepoError, RepoErrorKind, check_oci_chart, fetch_index, is_oci, newest
 from trainctl.output import table, to_json
 
 # infra/stage.py tags every resource of an environment's stack with this key and the environment's name.
@@ -110,7 +111,7 @@ API: Mapping[Check, str] = {
     Check.SUBNET: "ec2:DescribeVpcs, ec2:DescribeSubnets, ec2:DescribeInstances",
     Check.PLACEMENT: "ec2:DescribeCapacityReservations",
     Check.ADMIN: "sts:GetCallerIdentity, iam:GetRole, iam:GetUser",
-    Check.CHART: "HTTP GET <repository>/index.yaml",
+    Check.CHART: "HTTP GET <repository>/index.yaml; oci:// charts: HEAD /v2/<chart>/manifests/<version>",
     Check.LEFTOVER: "cloudformation:ListStackResources, eks:DescribeCluster, eks:DescribeNodegroup, "
     "logs:DescribeLogGroups, fsx:DescribeFileSystems",
 }
@@ -764,12 +765,36 @@ def chart_not_fetched(pin: HelmChartPin, error: ChartRepoError) -> CheckResult:
     return CheckResult(Check.CHART, subject, Status.FAIL, reason, fixes[error.kind], error.kind.value)
 
 
+def oci_chart_check(name: str, pin: HelmChartPin, repository: str, *, timeout: float) -> CheckResult:
+    """A chart published only to an OCI registry (no index.yaml): the pinned version's tag must exist."""
+    subject = _chart_subject(pin)
+    try:
+        digest = check_oci_chart(repository, pin.version, timeout=timeout)
+    except ChartRepoError as error:
+        if error.kind is RepoErrorKind.NOT_FOUND:
+            return CheckResult(
+                Check.CHART,
+                subject,
+                Status.FAIL,
+                f"version {pin.version!r} is not published in {repository}: the Helm install fails inside "
+                f"CloudFormation and rolls the stack back ({error})",
+                f"pin a published version of {name} in HELM_CHARTS (infra/spec/versions.py)",
+            )
+        return chart_not_fetched(pin, error)
+    return CheckResult(Check.CHART, subject, Status.PASS, f"published in {repository} as {digest}")
+
+
 def chart_checks(overrides: Mapping[str, str], *, timeout: float, say: Callable[[str], None]) -> list[CheckResult]:
-    """`overrides`: pin name (a HELM_CHARTS key) or "*" -> the repository URL to ask instead."""
+    """`overrides`: pin name (a HELM_CHARTS key) or "*" -> the repository URL to ask instead
+    (an oci:// chart reference is asked through the registry API)."""
     results: list[CheckResult] = []
     fetched: dict[str, ChartIndex | ChartRepoError] = {}
     for name, pin in HELM_CHARTS.items():
         repository = overrides.get(name) or overrides.get(ALL_CHARTS) or pin.repository
+        if is_oci(repository):
+            say(f"chart registry {repository}")
+            results.append(oci_chart_check(name, pin, repository, timeout=timeout))
+            continue
         if repository not in fetched:
             say(f"chart repository {repository}")
             try:

@@ -321,8 +321,9 @@ def test_prod_passes_with_a_table_and_every_service_was_asked(
     assert "no VPC tagged platform:environment=prod in us-east-2: not deployed yet" in out
     assert "admin       PlatformAdmin" in out
     assert "leftover    log group /aws/eks/ml-prod/cluster" in out
-    # 16 before issue 13; + admin 1, charts 3, leftovers 3 (EKS cluster, log group, FSx).
-    assert lines[-1] == "preflight passed for environment prod in us-east-2: 23 PASS, 0 WARN, 0 FAIL"
+    # 16 before issue 13; + admin 1, charts 3, leftovers 3 (EKS cluster, log group, FSx); + the
+    # observability add-on (issue 15) and the kueue chart (issue 17).
+    assert lines[-1] == "preflight passed for environment prod in us-east-2: 25 PASS, 0 WARN, 0 FAIL"
     # The requests really reached the stubs, with the documented quota codes.
     assert quotas.calls == [f"GetServiceQuota {P_QUOTA}", f"GetServiceQuota {G_QUOTA}"]
     assert eks.calls[0] == f"/cluster-versions clusterVersions={KUBERNETES_VERSION}&includeAll=true"
@@ -356,7 +357,7 @@ def test_json_document_shape_for_dev(
     )
     assert document["exit_code"] == 0
     # offering, instance, quota, capacity, kubernetes, 5 add-ons (4 core + node monitoring), subnet,
-    # admin, 3 charts, 3 leftovers
+    # admin, 4 charts, 3 leftovers
     assert document["counts"] == {"PASS": 18, "WARN": 0, "FAIL": 0, "could_not_run": 0}
     assert (document["warnings"], document["errors"]) == ([], [])
     for check in document["checks"]:
@@ -846,7 +847,7 @@ def test_progress_names_each_step_and_the_terminal_line_is_cleared(
     assert steps[0] == "instance type offerings in us-west-2a"
     assert f"quota {G_QUOTA} (Running On-Demand G and VT instances)" in steps
     assert "private subnets of the deployed VPC" in steps
-    assert f"chart repository {CHARTS['*']}" in steps  # one fetch for the three charts it lists
+    assert f"chart repository {CHARTS['*']}" in steps  # one fetch for the four charts it lists
     assert steps[-1] == "leftovers of earlier deployments of ml-dev"
     stream = io.StringIO()
     line = StderrProgress(stream)
@@ -1033,7 +1034,7 @@ def test_a_pinned_version_missing_from_its_repository_fails_and_lists_the_newest
         "and rolls the stack back; newest listed: v0.5.14, v0.5.13, v0.5.10, v0.5.9, v0.4.4"
     )
     assert efa.fix == "pin a listed version of aws-efa-k8s-device-plugin in HELM_CHARTS (infra/spec/versions.py)"
-    assert [found[p.chart].status for p in HELM_CHARTS.values() if p is not EFA_PIN] == [Status.PASS, Status.PASS]
+    assert [found[p.chart].status for p in HELM_CHARTS.values() if p is not EFA_PIN] == [Status.PASS] * 3
 
 
 def test_a_leading_v_mismatch_is_not_a_pass() -> None:
@@ -1055,7 +1056,7 @@ def test_a_chart_missing_from_the_index_and_a_404_fail() -> None:
         missing = chart_rows(repo, "/a")[EFA_PIN.chart]
         absent = chart_rows(repo, "/nothing-here")[EFA_PIN.chart]
     assert (missing.status, missing.ran) == (Status.FAIL, True)
-    assert missing.reason == f"{repo.url}/a/index.yaml has no chart named aws-efa-k8s-device-plugin (2 charts listed)"
+    assert missing.reason == f"{repo.url}/a/index.yaml has no chart named aws-efa-k8s-device-plugin (3 charts listed)"
     assert (absent.status, absent.ran) == (Status.FAIL, True)
     assert absent.reason == f"no Helm repository index: GET {repo.url}/nothing-here/index.yaml: HTTP 404 Not Found"
     assert absent.fix is not None
@@ -1093,7 +1094,9 @@ def test_cli_chart_repository_per_chart_override(
     chart = {c["subject"]: c for c in document["checks"] if c["check"] == "chart"}
     assert chart[f"aws-efa-k8s-device-plugin {EFA_PIN.version}"]["status"] == "FAIL"
     assert chart[f"nvidia-device-plugin {NVIDIA_PIN.version}"]["status"] == "PASS"  # from the "*" repository
-    assert chart[f"aws-efa-k8s-device-plugin {EFA_PIN.version}"]["api"] == "HTTP GET <repository>/index.yaml"
+    assert chart[f"aws-efa-k8s-device-plugin {EFA_PIN.version}"]["api"] == (
+        "HTTP GET <repository>/index.yaml; oci:// charts: HEAD /v2/<chart>/manifests/<version>"
+    )
 
 
 # --- 10. leftovers of an earlier deployment ----------------------------------------------------------------
