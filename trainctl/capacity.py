@@ -67,6 +67,10 @@ NO_CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InsufficientCapa
 LIMIT_CODES = frozenset({"InstanceLimitExceeded", "ReservationCapacityExceeded", "VcpuLimitExceeded"})
 
 
+# A column whose API call failed (see the notes under the table); the zone's verdict is then unknown.
+NOT_READ = "not read"
+
+
 class Verdict(StrEnum):
     YES = "yes"
     NO = "no"
@@ -167,11 +171,11 @@ class Zone:
 
     def row(self) -> list[str]:
         headroom = self.headroom
-        quota = "?" if headroom is None else f"{headroom:+g} vCPUs"
-        offered = {True: "yes", False: "no", None: "?"}[self.offered]
+        quota = NOT_READ if headroom is None else f"{headroom:+g} vCPUs"
+        offered = {True: "yes", False: "no", None: NOT_READ}[self.offered]
         spot = "-" if self.spot_score is None else f"{self.spot_score}/10"
         probe = "-" if self.probe is None else self.probe.describe()
-        return [self.region, self.name, offered, quota, self.subnet or "?", spot, probe, self.verdict.value]
+        return [self.region, self.name, offered, quota, self.subnet or NOT_READ, spot, probe, self.verdict.value]
 
     def to_json(self) -> dict[str, Any]:
         return {

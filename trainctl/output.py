@@ -6,6 +6,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+# The STATUS of a check that could not run (no credentials, unreachable, access denied): no verdict,
+# never FAIL. Every table of every subcommand uses this label.
+NOT_RUN = "NOT RUN"
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Left-aligned columns, two spaces apart, no trailing blanks."""

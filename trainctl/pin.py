@@ -25,7 +25,7 @@ from k8s.images import DIGEST, LOCK_PATH, ImageLock, ImageLockError
 from trainctl.arguments import seconds
 from trainctl.ecr import EcrClientFactory, boto3_ecr_clients, ecr_providers
 from trainctl.exit_codes import ExitCode
-from trainctl.output import short_digest, table, to_json
+from trainctl.output import NOT_RUN, short_digest, table, to_json
 from trainctl.registry import (
     DEFAULT_TIMEOUT,
     INDEX_MEDIA_TYPES,
@@ -119,7 +119,7 @@ class PinReport:
             rows = [
                 [
                     image.name,
-                    image.status.value,
+                    NOT_RUN if image.status is Status.ERROR else image.status.value,
                     image.reference,
                     short_digest(image.old_digest),
                     short_digest(image.new_digest),

@@ -35,7 +35,7 @@ instance role); the declarations come from infra/spec (environments, instances, 
 
 One row per check and subject: PASS, WARN (deployable, but read the reason) or FAIL, with the
 reason and the fix. A check that could not run (no credentials, endpoint unreachable, access
-denied) is a FAIL row whose reason starts with "could not run:".
+denied) is a NOT RUN row (no verdict, never FAIL) whose reason starts with "could not run:".
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from trainctl.aws import SERVICES, Aws, AwsError, ErrorKind
 from trainctl.exit_codes import ExitCode
 from trainctl.helm_repo import DEFAULT_TIMEOUT as CHART_TIMEOUT
 from trainctl.helm_repo import ChartIndex, ChartRepoError, RepoErrorKind, check_oci_chart, fetch_index, is_oci, newest
-from trainctl.output import table, to_json
+from trainctl.output import NOT_RUN, table, to_json
 
 # infra/stage.py tags every resource of an environment's stack with this key and the environment's name.
 ENVIRONMENT_TAG = "platform:environment"
@@ -85,6 +85,7 @@ class Status(StrEnum):
     PASS = "PASS"
     WARN = "WARN"
     FAIL = "FAIL"
+    NOT_RUN = NOT_RUN
 
 
 class Check(StrEnum):
@@ -126,7 +127,7 @@ class CheckResult:
     fix: str | None = None
     error_kind: str | None = None
     """Set (a trainctl.aws.ErrorKind, or a trainctl.helm_repo.RepoErrorKind for the chart check) when the
-    check could not run; its status is then FAIL."""
+    check could not run; its status is then NOT_RUN."""
 
     @property
     def ran(self) -> bool:
@@ -157,7 +158,7 @@ def could_not_run(check: Check, subject: str, error: AwsError, region: str) -> C
     return CheckResult(
         check,
         subject,
-        Status.FAIL,
+        Status.NOT_RUN,
         f"could not run: {error.api}: {error}",
         fixes.get(error.kind, "run again; if it persists, look the error code up"),
         error.kind.value,
@@ -762,7 +763,7 @@ def chart_not_fetched(pin: HelmChartPin, error: ChartRepoError) -> CheckResult:
         RepoErrorKind.TOO_LARGE: "run again with a larger cap, or check the URL names a chart repository",
     }
     reason = f"could not run: {error}"
-    return CheckResult(Check.CHART, subject, Status.FAIL, reason, fixes[error.kind], error.kind.value)
+    return CheckResult(Check.CHART, subject, Status.NOT_RUN, reason, fixes[error.kind], error.kind.value)
 
 
 def oci_chart_check(name: str, pin: HelmChartPin, repository: str, *, timeout: float) -> CheckResult:
@@ -1243,7 +1244,8 @@ class PreflightReport:
         return ExitCode.OK
 
     def counts(self) -> dict[str, int]:
-        counts = {status.value: sum(1 for r in self.results if r.status is status) for status in Status}
+        verdicts = (Status.PASS, Status.WARN, Status.FAIL)
+        counts = {status.value: sum(1 for r in self.results if r.status is status) for status in verdicts}
         counts["could_not_run"] = len(self.not_run)
         return counts
 

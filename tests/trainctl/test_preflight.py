@@ -765,7 +765,7 @@ def test_no_credentials_is_exit_2_with_every_check_not_run(
     assert err == ""
     not_run = [c for c in document["checks"] if not c["ran"]]
     assert document["counts"]["could_not_run"] == len(not_run) == 18
-    assert {(c["status"], c["error_kind"]) for c in not_run} == {("FAIL", "no-credentials")}
+    assert {(c["status"], c["error_kind"]) for c in not_run} == {("NOT RUN", "no-credentials")}
     # Only the capacity rows of on-demand groups and the chart rows need no AWS call.
     assert [(c["check"], c["status"]) for c in document["checks"] if c["ran"]] == [("capacity", "PASS")] * 2 + [
         ("chart", "PASS")
@@ -997,7 +997,7 @@ def test_admin_check_denied_by_iam_could_not_run(moto: MotoServer, quotas: FakeS
         results = checks(DEV, session)
         assert iam.calls == ["GetRole"]
     row = only(results, Check.ADMIN)
-    assert (row.status, row.ran, row.error_kind) == (Status.FAIL, False, "access-denied")
+    assert (row.status, row.ran, row.error_kind) == (Status.NOT_RUN, False, "access-denied")
     assert row.reason.startswith("could not run: iam:GetRole: AccessDenied: User: ")
     assert row.fix == "allow iam:GetRole (read-only) for the caller, or run as a role that has it"
     assert PreflightReport("dev", "us-west-2", "us-west-2", results).exit_code is ExitCode.ERROR
@@ -1066,10 +1066,10 @@ def test_a_chart_missing_from_the_index_and_a_404_fail() -> None:
 def test_malformed_index_and_dead_repository_could_not_run(dead_url: str) -> None:
     with started(FakeChartRepo({"/index.yaml": (200, b"apiVersion: v1\nentries: {a: [\n")})) as repo:
         malformed = chart_rows(repo)
-    assert {(r.status, r.ran, r.error_kind) for r in malformed.values()} == {(Status.FAIL, False, "malformed")}
+    assert {(r.status, r.ran, r.error_kind) for r in malformed.values()} == {(Status.NOT_RUN, False, "malformed")}
     assert malformed[EFA_PIN.chart].reason.startswith(f"could not run: {repo.url}/index.yaml is not valid YAML")
     results = chart_checks({ALL_CHARTS: dead_url}, timeout=5, say=lambda _: None)
-    assert {(r.status, r.ran, r.error_kind) for r in results} == {(Status.FAIL, False, "unreachable")}
+    assert {(r.status, r.ran, r.error_kind) for r in results} == {(Status.NOT_RUN, False, "unreachable")}
     assert results[0].fix == f"check network access to {dead_url}/index.yaml (proxy, firewall) and run again"
     report = PreflightReport("dev", "us-west-2", "us-west-2", results)
     assert report.exit_code is ExitCode.ERROR
