@@ -80,6 +80,26 @@ def test_subnet_plan_is_what_cdk_allocates(env_name: str) -> None:
     assert plan == expected
 
 
+@pytest.mark.parametrize("env_name", sorted(ENVIRONMENTS))
+def test_nat_gateways_are_where_the_picture_puts_them(env_name: str) -> None:
+    # aws-cdk-lib puts the NAT gateways in the first `nat_gateways` public subnets, in AZ order.
+    resources = json.loads((SNAPSHOTS / f"test_template_snapshot[{env_name}].json").read_text())["Platform"][
+        "Resources"
+    ]
+    nat_zones = sorted(
+        resources[r["Properties"]["SubnetId"]["Ref"]]["Properties"]["AvailabilityZone"]
+        for r in resources.values()
+        if r["Type"] == "AWS::EC2::NatGateway"
+    )
+    env = ENVIRONMENTS[env_name]
+    assert nat_zones == sorted(env.network.availability_zones[: env.network.nat_gateways])
+    dot = architecture.architecture_dot(env)
+    for az in env.network.availability_zones:
+        public = subnet_plan(env.network)[az][0]
+        expected = "NAT gateway" if az in nat_zones else f"no NAT gateway (egress via {nat_zones[0]})"
+        assert f"public subnet {public}\\l{expected}\\l" in dot
+
+
 def test_subnet_plan_aligns_each_block_to_its_size() -> None:
     network = dataclasses.replace(
         ENVIRONMENTS["prod"].network, public_subnet_prefix=24, private_subnet_prefix=20, cidr="10.30.0.0/16"
