@@ -132,3 +132,19 @@ def test_the_manifests_gate_validates_kueue_objects_strictly() -> None:
         "spec": {"clusterQueues": "gpu-p5"},
     }
     assert any("LocalQueue does not match the Kueue" in f.message for f in check_objects([("q", local)]))
+
+
+def test_a_ray_job_mixing_gpu_types_fits_no_single_queue() -> None:
+    """A workload names one LocalQueue, hence one ClusterQueue, whose flavors are `system` and its own
+    group's: a worker group of the other GPU type has no flavor there, so Kueue never admits it
+    (one GPU type per Ray job, issue 17 #5)."""
+    prod = ENVIRONMENTS["prod"]
+    flavors = _by_kind(queue_objects(prod), "ResourceFlavor")
+    for queue in _by_kind(queue_objects(prod), "ClusterQueue").values():
+        names = [f["name"] for f in queue["spec"]["resourceGroups"][0]["flavors"]]
+        fitting = {
+            g.name
+            for g in prod.gpu_node_groups
+            if any(_flavor_fits(gpu_group_selector(g.name), flavors[n]) for n in names)
+        }
+        assert len(fitting) == 1, (queue["metadata"]["name"], fitting)
