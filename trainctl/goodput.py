@@ -199,7 +199,7 @@ def nvrx_ledger(
         processes = [e["process_start"] for e in mine if e.get("process_start") is not None]
         previous_end = None if index == 0 else max(e["time"] for e in by_attempt[order[index - 1]])
         fresh = [p for p in processes if previous_end is None or p >= previous_end]
-        return min(fresh) if fresh else first_start
+        return float(min(fresh)) if fresh else float(first_start)
 
     begins = [begin_of(i) for i in range(len(order))]
     t0 = begins[0]

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from infra.spec.baselines import ThroughputBaseline, baselines_for
 from infra.spec.errors import ConfigError
@@ -118,7 +119,7 @@ def group_alarm_rules(*, cluster: str, group: str, instance_type: str) -> GroupA
     facts = operating_facts(instance_type, field=f"gpu_node_groups[{group}].instance_type")
     node = _where(ClusterName=cluster, InstanceType=instance_type)
     floor = facts.efa_idle_floor_bytes_per_s
-    fabric = {
+    fabric: dict[str, Any] = {
         "period_s": 60,
         "evaluation_periods": FABRIC_WINDOW_MINUTES,
         "datapoints_to_alarm": FABRIC_DATAPOINTS,
