@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import textwrap
 import uuid
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from trainctl.cli import main
-from trainctl.rehearse import Kill, Options, Rehearsal, run
+from trainctl.rehearse import Kill, Options, Rehearsal, RehearsalError, run
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 NS = "t"
@@ -343,3 +344,50 @@ def test_job_pods_carry_the_controller_uid_and_job_name_labels_kubernetes_sets(t
     document = result.to_json()
     assert document["workloads"][0]["uid"] == a.uid
     assert document["workloads"][0]["pods"][0]["labels"]["controller-uid"] == a.uid
+
+
+def test_the_loopback_fallback_gives_distinct_127_addresses_that_reach_each_other_by_dns(tmp_path: Path) -> None:
+    """Where no bridge can be made the pods share the host network, each with its own 127.10.x address in its
+    /etc/hosts; forced here (Options.network) so the fallback is rehearsed on a machine that has the bridge."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # a free port: in the host network it is shared with everything else
+    script = f"""
+        import os, socket, time
+        index = os.environ["JOB_COMPLETION_INDEX"]
+        if index == "0":
+            s = socket.socket()
+            s.bind((os.environ["POD_IP"], {port}))
+            s.listen()
+            conn, peer = s.accept()
+            print("received", conn.recv(64).decode(), "on", os.environ["POD_IP"])
+        else:
+            for _ in range(200):
+                try:
+                    conn = socket.create_connection(("loop-0.loop.t.svc.cluster.local", {port}), timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            conn.sendall(b"hello-from-" + socket.gethostname().encode())
+    """
+    env = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    service = headless("loop")
+    result = rehearse(
+        tmp_path,
+        service,
+        job("loop", script, completions=2, parallelism=2, indexed=True, env=env, subdomain="loop"),
+        network="loopback",
+    )
+    loop = result.workload("loop")
+    assert loop.state == "Complete", [p.log() for p in loop.pods]
+    assert result.network == "loopback"
+    assert any("pods share the host network on 127.10.0.0/16" in n for n in result.notes), result.notes
+    pod0, pod1 = loop.pod("loop-0"), loop.pod("loop-1")
+    assert pod0.address != pod1.address
+    assert all(p.address.startswith("127.10.") for p in (pod0, pod1))
+    assert f"received hello-from-loop-1 on {pod0.address}" in pod0.log()
+
+
+def test_an_unknown_network_choice_is_refused() -> None:
+    with pytest.raises(RehearsalError, match="network='host': use 'auto' or 'loopback'"):
+        Options(network="host")

@@ -58,10 +58,13 @@ class Controller(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Kill:
-    """Kill the first running pod whose name or hostname starts with `pod`, `seconds` into the run."""
+    """Kill the first running pod whose name or hostname starts with `pod`, `seconds` into the run, or (API
+    only) `seconds` after the path `after` (relative to the output directory, e.g. a committed checkpoint on a
+    claim: `claims/<ns>/<claim>/...`) first exists, so a test can lose a node at a point of the training."""
 
     pod: str
     seconds: float
+    after: Path | None = None
 
     @classmethod
     def parse(cls, text: str) -> Kill:
@@ -81,8 +84,13 @@ class Options:
     # Host directories every pod sees read-only at the same path (standing in for files in the image).
     host_paths: tuple[Path, ...] = ()
     log: Callable[[str], None] | None = None
+    # "auto": a private bridge network where the machine allows it, else the loopback fallback (network.py);
+    # "loopback": the fallback even where the bridge works.
+    network: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.network not in ("auto", "loopback"):
+            raise RehearsalError(f"network={self.network!r}: use 'auto' or 'loopback'")
         if self.timeout_s <= 0:
             raise RehearsalError(f"timeout={self.timeout_s}: must be positive")
         if self.backoff_base_s < 0:
@@ -314,7 +322,7 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         services += list(getattr(c, "services", []))
     output_dir = options.output_dir or Path(tempfile.mkdtemp(prefix="rehearsal-"))
     output_dir.mkdir(parents=True, exist_ok=True)
-    network, fallback = open_network()
+    network, fallback = open_network(loopback=options.network == "loopback")
     if fallback:
         notes.append(fallback)
     log = options.log or (lambda _: None)
@@ -328,6 +336,7 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
     )
     started = time.monotonic()
     pending_kills = sorted(options.kills, key=lambda k: k.seconds)
+    kill_clock: dict[Kill, float] = {}
     owner: dict[str, Controller] = {}
     try:
         try:
@@ -343,8 +352,12 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
             for c in controllers:
                 for p in c.pods:
                     owner[p.name] = c
-            while pending_kills and pending_kills[0].seconds <= elapsed:
-                kill = pending_kills.pop(0)
+            for kill in pending_kills:
+                if kill not in kill_clock and (kill.after is None or (output_dir / kill.after).exists()):
+                    kill_clock[kill] = elapsed
+            due = [k for k in pending_kills if k in kill_clock and elapsed - kill_clock[k] >= k.seconds]
+            for kill in due:
+                pending_kills.remove(kill)
                 target = next(
                     (
                         p
