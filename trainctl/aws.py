@@ -17,9 +17,8 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-import boto3
-import botocore.config
-import botocore.exceptions
+# boto3 and botocore load in about 0.6 s: imported where a call is made, so `trainctl --help` and the
+# subcommands that never call AWS do not pay for them.
 
 SERVICES = ("ec2", "eks", "service-quotas", "iam", "sts", "logs", "fsx", "cloudformation")
 ALL_SERVICES = "*"
@@ -78,6 +77,8 @@ def classify(exc: Exception, api: str) -> AwsError:
     """The AwsError for what boto3 raised while calling `api`."""
     if isinstance(exc, AwsError):
         return exc
+    import botocore.exceptions
+
     if isinstance(
         exc,
         botocore.exceptions.NoCredentialsError
@@ -129,6 +130,8 @@ class Aws:
         self.region = region
         self.profile = profile
         self.endpoint_urls = dict(endpoint_urls or {})
+        import botocore.config
+
         self._config = botocore.config.Config(
             region_name=region,
             connect_timeout=connect_timeout,
@@ -149,6 +152,9 @@ class Aws:
             first = self._session_error
             raise AwsError(first.kind, api, str(first), first.code)
         if self._session is None:
+            import boto3
+            import botocore.exceptions
+
             try:
                 session = self._given_session or boto3.session.Session(
                     profile_name=self.profile, region_name=self.region
@@ -187,6 +193,8 @@ class Aws:
                 return [dict(page) for page in client.get_paginator(operation).paginate(**params)]
             method = getattr(client, operation, None)
             if method is None:
+                import botocore
+
                 raise AwsError(
                     ErrorKind.UNSUPPORTED,
                     api,

@@ -327,7 +327,8 @@ def test_prod_passes_with_a_table_and_every_service_was_asked(
     # The requests really reached the stubs, with the documented quota codes.
     assert quotas.calls == [f"GetServiceQuota {P_QUOTA}", f"GetServiceQuota {G_QUOTA}"]
     assert eks.calls[0] == f"/cluster-versions clusterVersions={KUBERNETES_VERSION}&includeAll=true"
-    assert len(eks.calls) == 1 + 6 + 1  # every managed add-on of prod (FSx and node monitoring included)
+    # cluster versions, every managed add-on of prod (all are enabled there), DescribeCluster
+    assert len(eks.calls) == 1 + len(MANAGED_ADDONS) + 1
     assert eks.calls[-1] == "/clusters/ml-prod "  # DescribeCluster: no leftover cluster of that name
 
 
@@ -356,9 +357,9 @@ def test_json_document_shape_for_dev(
         "us-west-2",
     )
     assert document["exit_code"] == 0
-    # offering, instance, quota, capacity, kubernetes, 5 add-ons (4 core + node monitoring), subnet,
-    # admin, 4 charts, 3 leftovers
-    assert document["counts"] == {"PASS": 18, "WARN": 0, "FAIL": 0, "could_not_run": 0}
+    # offering, instance, quota, capacity, kubernetes, 7 add-ons (4 core + node monitoring, FSx CSI for dev's
+    # checkpoint storage, CloudWatch observability), subnet, admin, 4 charts, 3 leftovers
+    assert document["counts"] == {"PASS": 21, "WARN": 0, "FAIL": 0, "could_not_run": 0}
     assert (document["warnings"], document["errors"]) == ([], [])
     for check in document["checks"]:
         assert set(check) == {"check", "subject", "status", "reason", "fix", "api", "ran", "error_kind"}
@@ -369,7 +370,8 @@ def test_json_document_shape_for_dev(
     )
     assert ("offering", "g6 (g6.12xlarge)") in by_check
     subjects = {c["subject"].split()[0] for c in document["checks"] if c["check"] == "add-on"}
-    assert "aws-fsx-csi-driver" not in subjects  # dev has no checkpoint storage
+    # dev's add-ons: its checkpoint storage brings the FSx CSI driver (issue 17: shared checkpoints everywhere)
+    assert subjects == {addon for addon in MANAGED_ADDONS}
     assert "eks-node-monitoring-agent" in subjects
     assert quotas.calls == [f"GetServiceQuota {G_QUOTA}"]  # dev has no P instances
 
@@ -764,23 +766,23 @@ def test_no_credentials_is_exit_2_with_every_check_not_run(
     assert code == document["exit_code"] == ExitCode.ERROR
     assert err == ""
     not_run = [c for c in document["checks"] if not c["ran"]]
-    assert document["counts"]["could_not_run"] == len(not_run) == 18
+    assert document["counts"]["could_not_run"] == len(not_run) == 19
     assert {(c["status"], c["error_kind"]) for c in not_run} == {("NOT RUN", "no-credentials")}
     # Only the capacity rows of on-demand groups and the chart rows need no AWS call.
     assert [(c["check"], c["status"]) for c in document["checks"] if c["ran"]] == [("capacity", "PASS")] * 2 + [
         ("chart", "PASS")
-    ] * 3
+    ] * len(HELM_CHARTS)
     assert document["checks"][0]["reason"].startswith(
         "could not run: ec2:DescribeInstanceTypeOfferings: no AWS credentials found"
     )
-    assert document["summary"].startswith("preflight incomplete for environment prod in us-east-2: 18 of 23 check(s)")
+    assert document["summary"].startswith("preflight incomplete for environment prod in us-east-2: 19 of 25 check(s)")
     # Each row names its own call; the table lists the one shared fix once.
     assert {c["check"]: c["reason"].split(": ")[1] for c in not_run}["add-on"] == "eks:DescribeAddonVersions"
     code, out, _ = run_cli(capsys, "--env", "prod", charts)
     assert code == ExitCode.ERROR
     fixes = out.split("\nfixes:\n")[1].split("\n\n")[0].splitlines()
     assert fixes == [
-        "  18 rows (offering, instance, quota, kubernetes, add-on, subnet, admin, leftover): configure credentials "
+        "  19 rows (offering, instance, quota, kubernetes, add-on, subnet, admin, leftover): configure credentials "
         "(aws configure, aws sso login, AWS_PROFILE or --profile) and run again"
     ]
 
