@@ -73,6 +73,9 @@ def main() -> int:
     parser.add_argument("--test-runs", type=int, default=3, help="runs of the whole test suite")
     parser.add_argument("--rehearsal-runs", type=int, default=1, help="runs of each workload rehearsal")
     parser.add_argument("--only-rehearsals", action="store_true", help="time the rehearsal rows alone")
+    parser.add_argument(
+        "--rehearsal", action="append", default=[], metavar="TEXT", help="only rehearsal rows whose name has TEXT"
+    )
     args = parser.parse_args()
     results: dict[str, list[float]] = {}
     if not args.only_rehearsals:
@@ -80,6 +83,8 @@ def main() -> int:
 
     # Rehearsal wall time per workload (trainctl rehearse, tiny model on CPU): one pytest run each.
     for name, selector in REHEARSALS:
+        if args.rehearsal and not any(text in name for text in args.rehearsal):
+            continue
         results[name] = measure(
             Case(name, (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", selector)), args.rehearsal_runs
         )
