@@ -45,7 +45,12 @@ def ray_pods(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": f"{name}-{role}", "namespace": namespace},
+                # The template's annotations come along: per-resource checkov acknowledgments live there.
+                "metadata": {
+                    "name": f"{name}-{role}",
+                    "namespace": namespace,
+                    **({"annotations": a} if (a := template.get("metadata", {}).get("annotations")) else {}),
+                },
                 "spec": template["spec"],
             }
 

@@ -26,7 +26,7 @@ from aws_cdk import CfnOutput, Stack, Stage, Tags
 from aws_cdk import Environment as CdkEnvironment
 from constructs import Construct
 
-from infra.addons.fsx_checkpoints import FsxCheckpointStorage
+from infra.addons.fsx_checkpoints import CLAIM_NAMESPACES, FsxCheckpointStorage
 from infra.addons.stack import ClusterAddOns
 from infra.cluster import EksCluster
 from infra.monitoring import AlarmTopic, EnvironmentDashboard, GpuGroupAlarms
@@ -115,7 +115,8 @@ class StorageStack(Stack):
             environment=environment.name,
             after=[cluster.addons["eks-pod-identity-agent"], platform.system_nodes.nodegroup],
         )
-        self.checkpoints.claim.node.add_dependency(platform.add_ons.namespaces.manifests["training"])
+        for namespace in CLAIM_NAMESPACES:
+            self.checkpoints.claim.node.add_dependency(platform.add_ons.namespaces.manifests[namespace.name])
 
 
 class GpuNodeGroupStack(Stack):

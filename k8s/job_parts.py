@@ -1,14 +1,23 @@
 """Pieces shared by the multi-node Indexed Jobs (fabric checks, the NVRx job): the headless
-Service that gives pod 0 a stable DNS name, one pod per node, and the EFA container security."""
+Service that gives pod 0 a stable DNS name, one pod per node, the EFA container security and
+the Job's uid for the pods' shared-directory check."""
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import cdk8s
 from constructs import Construct
 
 from k8s.ray_spec import CONTAINER_SECURITY
+
+# The uid of the Job, on every pod it creates: the apiserver labels them batch.kubernetes.io/controller-uid
+# (Kubernetes >= 1.27; "Jobs" concept page, "Job labels"). Unique per run of a Job of a given name, so the
+# shared-directory markers of an earlier run with the same name never count.
+JOB_UID_ENV = "JOB_UID"
+JOB_UID_FIELD = "metadata.labels['batch.kubernetes.io/controller-uid']"
 
 
 def headless_service(scope: Construct, name: str, ports: dict[str, int]) -> None:
@@ -56,3 +65,28 @@ def efa_job_metadata(name: str) -> cdk8s.ApiObjectMetadata:
         name=name,
         annotations={"checkov.io/skip1": "CKV_K8S_25=IPC_LOCK only: EFA memory registration pins buffers"},
     )
+
+
+def job_uid_env() -> dict[str, Any]:
+    return {"name": JOB_UID_ENV, "valueFrom": {"fieldRef": {"fieldPath": JOB_UID_FIELD}}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedDirCheck:
+    """Every pod of an Indexed Job writes a marker into `directory` and waits for all `peers` markers."""
+
+    directory: str
+    peers: int
+    # How long a pod waits for the others: pods start as far apart as their image pulls finish.
+    timeout_s: int
+
+
+def precondition_script(argv: list[str], shared: SharedDirCheck | None = None) -> str:
+    """The check as one shell line of an Indexed Job's script; with `shared`, the pod's index and the Job's uid."""
+    line = shlex.join(argv)
+    if shared is not None:
+        line += " " + shlex.join(
+            ["--shared-dir", shared.directory, "--peers", str(shared.peers), "--shared-timeout", str(shared.timeout_s)]
+        )
+        line += f' --index "$JOB_COMPLETION_INDEX" --run-id "${JOB_UID_ENV}"'
+    return line

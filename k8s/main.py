@@ -16,7 +16,7 @@ import cdk8s
 
 from infra.spec import ENVIRONMENTS, Environment
 from infra.spec.namespaces import RAY, TRAINING, TRAINING_NAMESPACES
-from k8s.charts.fabric import FabricJobsChart
+from k8s.charts.fabric import FabricJob, FabricJobsChart
 from k8s.charts.namespaces import NamespacesChart
 from k8s.charts.nvrx_job import NVRX_IMAGE, NvrxJobChart
 from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
@@ -37,7 +37,9 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
     lock.require_pinned(WORKLOAD_IMAGES)
     RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
     RayJobChart(app, "ray-finetune", environment=environment, lock=lock, job=RayFinetuneJob())
-    FabricJobsChart(app, "fabric", environment=environment, lock=lock)
+    # One file each: the check and the A/B job both take every node of a two-node group.
+    FabricJobsChart(app, "fabric-check", environment=environment, lock=lock, kind=FabricJob.CHECK)
+    FabricJobsChart(app, "fabric-ab", environment=environment, lock=lock, kind=FabricJob.AB)
     NvrxJobChart(app, "nvrx-fsdp", environment=environment, lock=lock, job=NvrxFsdpJob())
 
 

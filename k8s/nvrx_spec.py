@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from infra.spec.environments import DNS_LABEL
-from k8s.ray_spec import WorkloadError
+from k8s.ray_spec import CHECKPOINT_MOUNT, WorkloadError
 from k8s.workloads import require_pinned_packages
 
 RENDEZVOUS_PORT = 29500
 # The in-process Wrapper's own TCPStore (per-iteration PrefixStore), next to the rendezvous.
 INPROCESS_STORE_PORT = 29501
-CHECKPOINT_MOUNT = "/checkpoints"
+# Parse and validate the training arguments, then exit: 0 valid, 2 not (training/nvrx_fsdp.py).
+CHECK_ARGS_FLAG = "--check-args"
 
 
 class CheckpointMode(Enum):
@@ -55,12 +56,23 @@ class CheckpointPolicy:
 
 @dataclass(frozen=True, kw_only=True)
 class InProcessRestart:
+    """NVRx `inprocess.Wrapper` settings.
+
+    The Wrapper's soft timeout runs from the start of each iteration, not from the first step: its automatic
+    progress timestamp advances only while the main thread runs Python (NVRx 0.4.1 progress_watchdog.py, a
+    Py_AddPendingCall every interval), and the manual one starts at the first `ping()` (wrap.py CallWrapper.ping),
+    which training/nvrx_fsdp.py sends from the step loop. So model load, FSDP sharding and a DCP restore all count:
+    a rank blocked in a C call there (a collective waiting for a rank that is still reading) looks hung. 300 s
+    covers a restore of the 1.5B model with AdamW state (~18 GB of fp32 shards) from the dev SCRATCH_2 file system
+    (1.2 TiB x 200 MB/s/TiB baseline = 240 MB/s, ~75 s) four times over, and a first model download into HF_HOME.
+    """
+
     enabled: bool = True
     # No progress for soft_timeout: a restart of the wrapped function on every rank.
-    soft_timeout_s: int = 60
+    soft_timeout_s: int = 300
     # No progress for hard_timeout: the rank is killed (ft_launcher takes over).
-    hard_timeout_s: int = 90
-    barrier_timeout_s: int = 120
+    hard_timeout_s: int = 360
+    barrier_timeout_s: int = 420
     # Runs of the training function (the first included) before the Wrapper gives up and the
     # process exits, leaving the restart to ft_launcher.
     max_iterations: int = 5
@@ -82,8 +94,17 @@ class FtLauncherConfig:
     max_restarts: int = 3
     monitor_interval_s: int = 5
     # Model download/load from FSx and FSDP sharding happen before the first heartbeat.
-    initial_rank_heartbeat_timeout_s: int = 900
-    rank_heartbeat_timeout_s: int = 300
+    initial_rank_heartbeat_timeout_s: int = 1200
+    # Between heartbeats (one per step): above the in-process hard timeout (checked by NvrxFsdpJob), or ft_launcher
+    # would kill a hung rank before the in-process restart had its chance.
+    rank_heartbeat_timeout_s: int = 600
+    # c10d rendezvous (`--rdzv-conf`): read_timeout bounds each store operation, the connect to pod 0's store
+    # included; join_timeout bounds the whole rendezvous. torchrun's c10d default read_timeout is 60 s (torch
+    # c10d_rendezvous_backend.py), which a pod whose image pulled minutes before pod 0's exceeds on fresh p5 nodes
+    # (the DLC is many GB and no layer is cached); ft_launcher 0.4.1 raises it to 600 s itself (launcher.py
+    # LaunchConfig) but the manifest says what it runs with. 900 s: the same bound as the pods' shared-dir wait.
+    rendezvous_read_timeout_s: int = 900
+    rendezvous_join_timeout_s: int = 1200
     restart_policy: RestartPolicy = RestartPolicy.ANY_FAILED
     rank_termination_signal: str = "SIGKILL"
     # The NIC monitor reads InfiniBand `link_downed` counters; EFA devices are not known to
@@ -98,6 +119,11 @@ class FtLauncherConfig:
                 "nvrx.ft_launcher heartbeat timeouts must satisfy 0 < rank <= initial; got "
                 f"rank={self.rank_heartbeat_timeout_s} initial={self.initial_rank_heartbeat_timeout_s}"
             )
+        if not 0 < self.rendezvous_read_timeout_s <= self.rendezvous_join_timeout_s:
+            raise WorkloadError(
+                "nvrx.ft_launcher rendezvous timeouts must satisfy 0 < read <= join; got "
+                f"read={self.rendezvous_read_timeout_s} join={self.rendezvous_join_timeout_s}"
+            )
         if self.rank_termination_signal not in ("SIGKILL", "SIGTERM"):
             raise WorkloadError(
                 f"nvrx.ft_launcher.rank_termination_signal={self.rank_termination_signal!r}: use SIGKILL or SIGTERM"
@@ -106,7 +132,7 @@ class FtLauncherConfig:
     def argv(self, *, nodes: int, gpus_per_node: int, rendezvous_host: str, rendezvous_id: str) -> list[str]:
         """ft_launcher and its flags, up to (not including) the training module.
 
-        `--rdzv-conf=is_host=...` is added per pod by `launch_script` (only pod 0 hosts the store).
+        `--rdzv-conf` is added per pod by `launch_script` (only pod 0 hosts the store: is_host).
         """
         return [
             "ft_launcher",
@@ -123,6 +149,10 @@ class FtLauncherConfig:
             f"--ft-rank-termination-signal={self.rank_termination_signal}",
             f"--ft-enable-nic-monitor={self.enable_nic_monitor}",
         ]
+
+    def rendezvous_conf(self) -> str:
+        """The `--rdzv-conf` value after `is_host=<0|1>` (comma-separated key=value, torch's format)."""
+        return f"read_timeout={self.rendezvous_read_timeout_s},join_timeout={self.rendezvous_join_timeout_s}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +179,9 @@ class NvrxFsdpJob:
     ttl_seconds_after_finished: int = 86400
     # Pod replacements (node loss, a launcher that gave up) before the Job fails.
     backoff_limit: int = 2
+    # How long each pod waits for the other pods' markers in the checkpoint directory (training/pod_checks.py):
+    # pods start as far apart as their image pulls finish, as for the rendezvous read timeout.
+    preconditions_timeout_s: int = 900
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -165,6 +198,14 @@ class NvrxFsdpJob:
             raise WorkloadError(f"nvrx.active_deadline_seconds={self.active_deadline_seconds} is below 600")
         if not 0 <= self.backoff_limit <= 10:
             raise WorkloadError(f"nvrx.backoff_limit={self.backoff_limit} must be 0 to 10")
+        if self.inprocess.enabled and self.ft_launcher.rank_heartbeat_timeout_s <= self.inprocess.hard_timeout_s:
+            raise WorkloadError(
+                f"nvrx.ft_launcher.rank_heartbeat_timeout_s={self.ft_launcher.rank_heartbeat_timeout_s} must exceed "
+                f"nvrx.inprocess.hard_timeout_s={self.inprocess.hard_timeout_s}: ft_launcher would kill a hung rank "
+                "before the in-process restart could handle it"
+            )
+        if not 10 <= self.preconditions_timeout_s <= 3600:
+            raise WorkloadError(f"nvrx.preconditions_timeout_s={self.preconditions_timeout_s} must be 10 to 3600")
 
     @property
     def checkpoint_dir(self) -> str:
@@ -234,9 +275,13 @@ class NvrxFsdpJob:
         return env
 
 
-def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: list[str]) -> str:
-    """The container's shell script: pinned NVRx if the image lacks it, then exec ft_launcher."""
+def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: list[str], preconditions: str) -> str:
+    """The container's shell script: pinned NVRx if the image lacks it; the training arguments validated and the
+    pod's preconditions checked, each exiting 2 on failure (the Job's podFailurePolicy fails the Job at once:
+    ft_launcher turns any worker failure into its own exit 1, so a bad flag must be caught before it starts);
+    then exec ft_launcher."""
     pip = shlex.join(["python", "-m", "pip", "install", "--no-cache-dir", *job.pip])
+    rdzv_conf = f'"--rdzv-conf=is_host=$is_host,{job.ft_launcher.rendezvous_conf()}"'
     return "\n".join(
         [
             "set -euo pipefail",
@@ -245,6 +290,8 @@ def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: 
             'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then is_host=1; else is_host=0; fi',
             f"python -c 'import nvidia_resiliency_ext' 2>/dev/null || {pip}",
             f"mkdir -p {shlex.quote(job.checkpoint_dir)}",
-            f'exec {shlex.join(launcher_argv)} "--rdzv-conf=is_host=$is_host" {shlex.join(training_argv)}',
+            f"python {shlex.join(training_argv)} {CHECK_ARGS_FLAG}",
+            preconditions,
+            f"exec {shlex.join(launcher_argv)} {rdzv_conf} {shlex.join(training_argv)}",
         ]
     )

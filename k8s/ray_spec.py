@@ -30,6 +30,18 @@ class WorkloadError(ValueError):
     """A workload that does not fit the environment it is synthesized for."""
 
 
+# Where every workload mounts the checkpoint claim (FSx for Lustre, infra/addons/fsx_checkpoints.py): the NVRx
+# job in `training`, Ray head and workers in `ray` (Ray Train's storage_path lives under it).
+CHECKPOINT_MOUNT = "/checkpoints"
+CHECKPOINT_VOLUME = "checkpoints"
+# libfabric registers (pins) every buffer it hands to the EFA device; with CAP_IPC_LOCK the kernel does not hold
+# the registration to RLIMIT_MEMLOCK (ib_umem_get charges pinned pages against it only without the capability).
+# The AL2023 EKS AMI template sets no LimitMEMLOCK for containerd (amazon-eks-ami templates/al2023/runtime/rootfs/
+# etc/systemd/system/containerd.service.d/ holds only 00-runtime-slice.conf), so containers get systemd's default
+# rlimit, far below what EFA registers: EFA pods add IPC_LOCK and check for `unlimited` or the capability.
+MEMLOCK_NEEDED = "unlimited"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Resources:
     cpu: str
@@ -52,9 +64,8 @@ def worker_resources(instance: InstanceType) -> Resources:
     return Resources(cpu=str(instance.vcpus * 5 // 6), memory=f"{instance.memory_gib * 5 // 6}Gi")
 
 
-# Restricted-style hardening that Ray needs no exception from: no privilege escalation, no
-# Linux capabilities, the runtime's seccomp profile, no Kubernetes API token (autoscaling is
-# off, so no Ray pod talks to the API server).
+# Restricted-style hardening: no privilege escalation, no Linux capabilities (EFA containers add IPC_LOCK alone),
+# the runtime's seccomp profile, no Kubernetes API token (only an autoscaling head needs one, see head_group).
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -126,74 +137,146 @@ def gpu_pod_parts(group: GpuNodeGroupConfig, profile: FabricProfile = FabricProf
 RAY_LOG_ENV: Mapping[str, str] = MappingProxyType({"RAY_DEDUP_LOGS": "0"})
 
 
-def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
+# The packages the Ray fine-tune imports, checked at each worker's start at the versions the lock records.
+RAY_WORKER_PACKAGES = ("ray", "torch", "transformers")
+PRECONDITIONS_CONTAINER = "preconditions"
+_WORKER_IPC_LOCK_ACK = "CKV_K8S_25=IPC_LOCK only: EFA memory registration pins buffers"
+
+
+def head_group(environment: Environment, lock: ImageLock, *, autoscaling: bool = False) -> dict[str, Any]:
     instance = environment.system_nodes.instance
     requests, limits = head_resources(instance)
     code, code_mount = code_volume()
+    mounts: list[dict[str, Any]] = [{"name": "ray-logs", "mountPath": "/tmp/ray"}, code_mount]
+    volumes: list[dict[str, Any]] = [{"name": "ray-logs", "emptyDir": {}}, code]
+    if environment.add_ons.checkpoint_storage is not None:
+        # Ray Train's controller runs here and writes under storage_path beside the workers (REFERENCE: Ray 2.58
+        # checks that a marker the head wrote is visible to rank 0's worker). The volume's zone affinity puts the
+        # head on a system node in the GPU zone.
+        volumes.append(checkpoint_claim(environment, workload="the Ray head", pods=1))
+        mounts.append(checkpoint_mount())
+    spec = hardened_pod(
+        {
+            "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
+            "containers": [
+                {
+                    "name": "ray-head",
+                    "image": lock.pinned(RAY_IMAGE),
+                    "ports": [{"name": name, "containerPort": port} for name, port in HEAD_PORTS],
+                    "env": env_list(
+                        {
+                            # The head runs on a GPU-less node; without this the image's
+                            # NVIDIA hooks fail with "failed to initialize NVML".
+                            "NVIDIA_VISIBLE_DEVICES": "void",
+                            "PYTHONPATH": CODE_ROOT,
+                            **RAY_LOG_ENV,
+                        }
+                    ),
+                    "resources": {
+                        "requests": {"cpu": requests.cpu, "memory": requests.memory},
+                        "limits": {"cpu": limits.cpu, "memory": limits.memory},
+                    },
+                    "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+                    "volumeMounts": mounts,
+                }
+            ],
+            "volumes": volumes,
+        }
+    )
+    metadata: dict[str, Any] = {"labels": {"app.kubernetes.io/component": "ray-head"}}
+    if autoscaling:
+        # KubeRay v1.7.0 adds the autoscaler as a sidecar of the head pod and sets the pod's ServiceAccount to one
+        # it creates with a Role to read pods and patch the RayCluster (ray-operator/controllers/ray/common/pod.go,
+        # DefaultHeadPodTemplate): the sidecar needs the token.
+        spec["automountServiceAccountToken"] = True
+        metadata["annotations"] = {
+            "checkov.io/skip1": "CKV_K8S_38=the KubeRay autoscaler sidecar scales the RayCluster through the API"
+        }
     return {
         "serviceType": "ClusterIP",
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
-        "template": {
-            "metadata": {"labels": {"app.kubernetes.io/component": "ray-head"}},
-            "spec": hardened_pod(
-                {
-                    "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
-                    "containers": [
-                        {
-                            "name": "ray-head",
-                            "image": lock.pinned(RAY_IMAGE),
-                            "ports": [{"name": name, "containerPort": port} for name, port in HEAD_PORTS],
-                            "env": env_list(
-                                {
-                                    # The head runs on a GPU-less node; without this the image's
-                                    # NVIDIA hooks fail with "failed to initialize NVML".
-                                    "NVIDIA_VISIBLE_DEVICES": "void",
-                                    "PYTHONPATH": CODE_ROOT,
-                                    **RAY_LOG_ENV,
-                                }
-                            ),
-                            "resources": {
-                                "requests": {"cpu": requests.cpu, "memory": requests.memory},
-                                "limits": {"cpu": limits.cpu, "memory": limits.memory},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
-                            "volumeMounts": [{"name": "ray-logs", "mountPath": "/tmp/ray"}, code_mount],
-                        }
-                    ],
-                    "volumes": [{"name": "ray-logs", "emptyDir": {}}, code],
-                }
-            ),
-        },
+        "template": {"metadata": metadata, "spec": spec},
     }
 
 
-def worker_group(group: GpuNodeGroupConfig, lock: ImageLock, profile: FabricProfile) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class WorkerCount:
+    """A worker group's replicas: fixed (a RayJob's own cluster) or from zero under the autoscaler."""
+
+    replicas: int
+    min_replicas: int
+    max_replicas: int
+
+
+def worker_group(
+    environment: Environment,
+    group: GpuNodeGroupConfig,
+    lock: ImageLock,
+    profile: FabricProfile,
+    count: WorkerCount,
+) -> dict[str, Any]:
     parts = gpu_pod_parts(group, profile)
     gpus = parts.resources["limits"]["nvidia.com/gpu"]
+    mounts: list[dict[str, Any]] = [{"name": "ray-logs", "mountPath": "/tmp/ray"}, *parts.mounts]
+    volumes: list[dict[str, Any]] = [{"name": "ray-logs", "emptyDir": {}}, *parts.volumes]
+    if environment.add_ons.checkpoint_storage is not None:
+        volumes.append(
+            checkpoint_claim(environment, workload=f"Ray worker group {group.name}", pods=count.max_replicas)
+        )
+        mounts.append(checkpoint_mount())
+    image = lock.pinned(RAY_IMAGE)
+    security = {**CONTAINER_SECURITY, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+    checks = precondition_argv(
+        lock=lock,
+        image=RAY_IMAGE,
+        packages=image_packages(lock, RAY_IMAGE, RAY_WORKER_PACKAGES),
+        group=group,
+        profile=profile,
+    )
     return {
         "groupName": group.name,
-        "replicas": group.workload_nodes,
-        "minReplicas": group.scaling.min_size,
-        "maxReplicas": group.scaling.max_size,
+        "replicas": count.replicas,
+        "minReplicas": count.min_replicas,
+        "maxReplicas": count.max_replicas,
         # Must equal the GPU limit, or Ray schedules more (or fewer) GPU tasks than exist.
         "rayStartParams": {"num-gpus": gpus},
         "template": {
-            "metadata": {"labels": {"app.kubernetes.io/component": "ray-worker", "platform/gpu-group": group.name}},
+            "metadata": {
+                "labels": {"app.kubernetes.io/component": "ray-worker", "platform/gpu-group": group.name},
+                "annotations": {"checkov.io/skip1": _WORKER_IPC_LOCK_ACK},
+            },
             "spec": hardened_pod(
                 {
                     "nodeSelector": gpu_group_selector(group.name),
                     "tolerations": [gpu_toleration()],
+                    # KubeRay owns the worker container's command (`ray start`), so the pod's preconditions run
+                    # first as an init container of the same image with the same GPUs and EFA devices (the kubelet
+                    # hands an init container's devices on to the app container): a worker that cannot train
+                    # never joins the cluster, and `kubectl describe` names the failed check.
+                    "initContainers": [
+                        {
+                            "name": PRECONDITIONS_CONTAINER,
+                            "image": image,
+                            "command": checks,
+                            "env": parts.env,
+                            "resources": parts.resources,
+                            "volumeMounts": parts.mounts,
+                            "securityContext": security,
+                        }
+                    ],
                     "containers": [
                         {
                             "name": "ray-worker",
-                            "image": lock.pinned(RAY_IMAGE),
+                            "image": image,
                             "env": [*parts.env, *env_list(RAY_LOG_ENV)],
                             "resources": parts.resources,
                             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
-                            "volumeMounts": [{"name": "ray-logs", "mountPath": "/tmp/ray"}, *parts.mounts],
+                            "volumeMounts": mounts,
+                            # EFA memory registration (see MEMLOCK_NEEDED), as on the NVRx and fabric pods.
+                            "securityContext": security,
                         }
                     ],
-                    "volumes": [{"name": "ray-logs", "emptyDir": {}}, *parts.volumes],
+                    "volumes": volumes,
                 }
             ),
         },
@@ -214,20 +297,111 @@ def gpu_group(environment: Environment, name: str | None) -> GpuNodeGroupConfig:
     return groups[name]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Autoscaling:
+    """KubeRay's in-tree autoscaler for a long-lived RayCluster: workers from zero when a Ray job asks for GPUs,
+    and back to zero when idle, so the cluster holds no GPU node between jobs."""
+
+    # A whole GPU node idle this long is released; long enough that back-to-back jobs of one user reuse it.
+    idle_timeout_s: int = 300
+
+    def __post_init__(self) -> None:
+        if not 30 <= self.idle_timeout_s <= 3600:
+            raise WorkloadError(f"ray_cluster.autoscaling.idle_timeout_s={self.idle_timeout_s} must be 30 to 3600")
+
+    def options(self) -> dict[str, Any]:
+        """autoscalerOptions (KubeRay v1.7.0 CRD): the sidecar hardened like the Ray containers, sized explicitly."""
+        return {
+            "upscalingMode": "Default",
+            "idleTimeoutSeconds": self.idle_timeout_s,
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "512Mi"},
+                "limits": {"cpu": "500m", "memory": "512Mi"},
+            },
+            "securityContext": dict(CONTAINER_SECURITY),
+        }
+
+
 def ray_cluster_spec(
     environment: Environment,
     lock: ImageLock,
     *,
-    groups: tuple[GpuNodeGroupConfig, ...] | None = None,
+    group: GpuNodeGroupConfig,
     profile: FabricProfile = FabricProfile.EFA,
+    autoscaling: Autoscaling | None = None,
 ) -> dict[str, Any]:
-    chosen = environment.gpu_node_groups if groups is None else groups
-    return {
+    """A Ray cluster over one GPU node group: one GPU type per Ray job (a job never mixes H100 and L4 workers).
+    Without autoscaling, a fixed `workload_nodes` workers (a RayJob's own cluster); with it, zero to max_size."""
+    if autoscaling is None:
+        count = WorkerCount(
+            replicas=group.workload_nodes, min_replicas=group.workload_nodes, max_replicas=group.workload_nodes
+        )
+    else:
+        count = WorkerCount(replicas=0, min_replicas=0, max_replicas=group.scaling.max_size)
+    spec: dict[str, Any] = {
         "rayVersion": RAY_VERSION,
-        "enableInTreeAutoscaling": False,
-        "headGroupSpec": head_group(environment, lock),
-        "workerGroupSpecs": [worker_group(g, lock, profile) for g in chosen],
+        "enableInTreeAutoscaling": autoscaling is not None,
+        "headGroupSpec": head_group(environment, lock, autoscaling=autoscaling is not None),
+        "workerGroupSpecs": [worker_group(environment, group, lock, profile, count)],
     }
+    if autoscaling is not None:
+        spec["autoscalerOptions"] = autoscaling.options()
+    return spec
 
 
 NAMESPACE = RAY.name
+
+
+def checkpoint_claim(environment: Environment, *, workload: str, pods: int) -> dict[str, Any]:
+    """The volume of the checkpoint claim; an environment without one cannot run a multi-pod workload.
+
+    A per-pod emptyDir or node disk is not shared: pod 1's ranks cannot write into the step directory rank 0
+    created on pod 0 (NVRx, DCP), and Ray Train 2.58 refuses a storage path the head and workers do not share
+    ("A local path on the head node is not accessible by worker nodes"). Raising here keeps such a job out of dist/.
+    """
+    storage = environment.add_ons.checkpoint_storage
+    if storage is None:
+        raise WorkloadError(
+            f"environment {environment.name!r}: add_ons.checkpoint_storage=None, but {workload} runs {pods} pods "
+            "that must share one checkpoint directory; fix: give the environment a CheckpointStorageConfig in "
+            "infra/spec/environments.py (FSx for Lustre, e.g. deployment=SCRATCH_2, storage_capacity_gib=1200)"
+        )
+    return {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim_name}}
+
+
+def checkpoint_mount() -> dict[str, Any]:
+    return {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT}
+
+
+def image_packages(lock: ImageLock, image: str, names: tuple[str, ...]) -> list[str]:
+    """NAME==VERSION for `names`, versions from the image's runtime facts in the lock (one place for each)."""
+    runtime = lock.get(image).runtime
+    if runtime is None:
+        raise WorkloadError(f"images.{image}.runtime is missing in the lock: the pods cannot check their packages")
+    missing = [n for n in names if n not in runtime.packages]
+    if missing:
+        raise WorkloadError(f"images.{image}.runtime.packages lacks {missing}: record their versions in the lock")
+    return [f"{n}=={runtime.packages[n]}" for n in names]
+
+
+def precondition_argv(
+    *,
+    lock: ImageLock,
+    image: str,
+    packages: list[str],
+    group: GpuNodeGroupConfig,
+    profile: FabricProfile = FabricProfile.EFA,
+) -> list[str]:
+    """`python -m training.pod_checks` with what this pod must find before it trains: the image's Python (the
+    lock's runtime facts), `packages` (NAME==VERSION), the NCCL net plugin of the fabric profile and the group's
+    EFA devices, and memlock. Exit 2 with the failed check named (training/pod_checks.py)."""
+    runtime = lock.get(image).runtime
+    if runtime is None:
+        raise WorkloadError(f"images.{image}.runtime is missing in the lock: the pods cannot check their Python")
+    argv = ["python", "-m", "training.pod_checks", "--python", runtime.python]
+    for package in packages:
+        argv += ["--package", package]
+    plugin = fabric_env(group.instance, profile).get("NCCL_NET_PLUGIN")
+    if plugin and plugin != "none":
+        argv += ["--nccl-net-plugin", plugin, "--efa-devices", str(group.efa_interface_count)]
+    return [*argv, "--memlock", MEMLOCK_NEEDED]

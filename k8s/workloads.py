@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from k8s.ray_spec import WorkloadError
+from k8s.ray_spec import Autoscaling, WorkloadError
 
 _PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 
@@ -15,6 +15,18 @@ def require_pinned_packages(field: str, requirements: tuple[str, ...]) -> None:
     for requirement in requirements:
         if not _PINNED_REQUIREMENT.match(requirement):
             raise WorkloadError(f"{field} entry {requirement!r} is not pinned; write it as name==version")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayClusterConfig:
+    """The long-lived RayCluster (k8s/charts/ray.py): one GPU node group's workers, from zero by the autoscaler."""
+
+    # `trainctl submit` finds the head of the RayCluster of this name (trainctl/eks_auth.py RAY_CLUSTER).
+    name: str = "training"
+    # The GPU node group whose workers it starts; None: the environment's first. One group per cluster: a Ray job
+    # on it runs on one GPU type.
+    gpu_group: str | None = None
+    autoscaling: Autoscaling = field(default_factory=Autoscaling)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,13 +46,22 @@ class RayFinetuneJob:
     # another version would replace it (and its tokenizers) under the image's other packages.
     pip: tuple[str, ...] = ()
     active_deadline_seconds: int = 6 * 3600
-    ttl_seconds_after_finished: int = 3600
+    # With shutdownAfterJobFinishes, KubeRay deletes the job's RayCluster (and so releases its GPU nodes) this long
+    # after the job ends (KubeRay RayJob docs, ttlSecondsAfterFinished). Ten minutes: time to read the worker
+    # session logs (`trainctl logs --workers --fabric`) while the pods exist; an hour kept two p5.48xlarge idle.
+    # The driver log outlives the cluster in the submitter pod, and the weights are on the checkpoint claim.
+    ttl_seconds_after_finished: int = 600
     backoff_limit: int = 0
 
     def __post_init__(self) -> None:
-        for field, value in (("steps", self.steps), ("batch_size", self.batch_size), ("seq_len", self.seq_len)):
+        for name, value in (("steps", self.steps), ("batch_size", self.batch_size), ("seq_len", self.seq_len)):
             if value < 1:
-                raise WorkloadError(f"ray_finetune.{field}={value} must be at least 1")
+                raise WorkloadError(f"ray_finetune.{name}={value} must be at least 1")
         require_pinned_packages("ray_finetune.pip", self.pip)
         if self.active_deadline_seconds < 60:
             raise WorkloadError(f"ray_finetune.active_deadline_seconds={self.active_deadline_seconds} is below 60")
+        if not 0 <= self.ttl_seconds_after_finished <= 3600:
+            raise WorkloadError(
+                f"ray_finetune.ttl_seconds_after_finished={self.ttl_seconds_after_finished} must be 0 to 3600: "
+                "the job's GPU workers stay up that long after it ends"
+            )

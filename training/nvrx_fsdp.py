@@ -24,6 +24,7 @@ import math
 import os
 import random
 import statistics
+import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -298,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     group = parser.add_argument_group("output")
     group.add_argument("--metrics-file", type=Path, default=None, help="JSON metrics, written by rank 0 at the end")
+    parser.add_argument(
+        "--check-args",
+        action="store_true",
+        help="parse and validate the arguments and the device, then exit: 0 valid, 2 not. Run before ft_launcher, "
+        "which turns any worker failure into its own exit 1 (so a Job's exit-2 rule would never see it)",
+    )
     return parser
 
 
@@ -335,14 +342,33 @@ def job_from_args(args: argparse.Namespace) -> Job:
     )
 
 
-def parse_job(argv: Sequence[str] | None = None) -> Job:
-    """The job of a command line; errors exit with status 2 and a message naming the flag."""
+def parse_command(argv: Sequence[str] | None = None) -> tuple[Job, bool]:
+    """(the job of a command line, whether only --check-args was asked); errors exit 2 naming the flag."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return job_from_args(args)
+        return job_from_args(args), bool(args.check_args)
     except ValueError as exc:
         parser.error(str(exc))
+
+
+def parse_job(argv: Sequence[str] | None = None) -> Job:
+    """The job of a command line; errors exit with status 2 and a message naming the flag."""
+    return parse_command(argv)[0]
+
+
+EXIT_BAD_ARGUMENTS = 2
+
+
+def check_job(job: Job) -> int:
+    """--check-args: the arguments parsed and validated (parse_command); the device they ask for must exist."""
+    try:
+        plan = plan_device(job.device)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BAD_ARGUMENTS
+    print(f"arguments ok: {job.steps} steps on {plan.device_type} ({plan.backend}), checkpoints in {job.ckpt_dir}")
+    return 0
 
 
 # --- journal: events that outlive restarts -----------------------------------------------------------------------
@@ -869,7 +895,9 @@ LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    job = parse_job(argv)
+    job, check_only = parse_command(argv)
+    if check_only:
+        return check_job(job)
     missing = [name for name in LAUNCHER_VARIABLES if name not in os.environ]
     if missing:
         raise SystemExit(

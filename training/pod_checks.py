@@ -31,6 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PRECONDITION_FAILED = 2
+# training/rehearsal.py's switch, spelled here too: this module imports nothing beyond the standard library.
+REHEARSAL_ENV = "PLATFORM_REHEARSAL"
+REHEARSAL_CPU = "cpu"
+REHEARSAL_SKIP = "the image and the node's devices are not in a rehearsal"
 
 # The EFA device plugin mounts one uverbs character device per EFA interface it allocates into the container
 # (aws-efa-k8s-device-plugin: /dev/infiniband/uverbsN); libfabric's efa provider opens them.
@@ -45,8 +49,11 @@ class Result:
     ok: bool
     detail: str
     fix: str = ""
+    skipped: bool = False
 
     def line(self) -> str:
+        if self.skipped:
+            return f"skip {self.name}: {self.detail}"
         if self.ok:
             return f"ok   {self.name}: {self.detail}"
         return f"FAIL {self.name}: {self.detail}" + (f"; fix: {self.fix}" if self.fix else "")
@@ -126,9 +133,27 @@ def check_efa_devices(wanted: int, pattern: str = UVERBS_GLOB) -> Result:
     )
 
 
-def check_memlock(wanted: str, limits: tuple[int, int] | None = None) -> Result:
+# Linux capability number of CAP_IPC_LOCK (linux/capability.h).
+CAP_IPC_LOCK = 14
+
+
+def has_ipc_lock(status: str | None = None) -> bool:
+    """Whether this process holds CAP_IPC_LOCK in its effective set (CapEff in /proc/self/status)."""
+    if status is None:
+        try:
+            status = Path("/proc/self/status").read_text(encoding="utf-8")
+        except OSError:
+            return False
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_IPC_LOCK & 1)
+    return False
+
+
+def check_memlock(wanted: str, limits: tuple[int, int] | None = None, ipc_lock: bool | None = None) -> Result:
     """libfabric's efa provider registers (pins) memory for RDMA; a low RLIMIT_MEMLOCK makes registration fail
-    under load. `wanted` is 'unlimited' or a size in bytes."""
+    under load, unless the process holds CAP_IPC_LOCK (the kernel's ib_umem_get then does not hold pinned pages to
+    the limit). `wanted` is 'unlimited' or a size in bytes."""
     soft, _hard = limits if limits is not None else resource.getrlimit(resource.RLIMIT_MEMLOCK)
 
     def show(value: int) -> str:
@@ -138,12 +163,14 @@ def check_memlock(wanted: str, limits: tuple[int, int] | None = None) -> Result:
     ok = soft == resource.RLIM_INFINITY or (need != resource.RLIM_INFINITY and soft >= need)
     if ok:
         return Result("memlock", True, show(soft))
+    if ipc_lock if ipc_lock is not None else has_ipc_lock():
+        return Result("memlock", True, f"{show(soft)}, with CAP_IPC_LOCK (pinned memory is not held to the limit)")
     return Result(
         "memlock",
         False,
         f"RLIMIT_MEMLOCK is {show(soft)}, EFA needs {show(need)}",
-        "run the node's container runtime with LimitMEMLOCK=infinity (containerd's systemd unit; containers "
-        "inherit it) and check `ulimit -l` in a pod on that AMI",
+        "add the IPC_LOCK capability to the container (securityContext.capabilities.add), or run the node's "
+        "container runtime with LimitMEMLOCK=infinity (containerd's systemd unit; containers inherit it)",
     )
 
 
@@ -203,17 +230,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def skipped(name: str) -> Result:
+    return Result(name, True, f"CPU rehearsal ({REHEARSAL_ENV}={REHEARSAL_CPU}): {REHEARSAL_SKIP}", skipped=True)
+
+
 def run_checks(args: argparse.Namespace) -> list[Result]:
     results = []
+    # A rehearsal runs the pod's command with this machine's Python environment and no GPU or EFA device
+    # (trainctl/rehearse/pods.py): the image and hardware facts are not there to check; the shared directory is.
+    rehearsal = os.environ.get(REHEARSAL_ENV) == REHEARSAL_CPU
     if args.python:
-        results.append(check_python(args.python))
-    results.extend(check_package(spec) for spec in args.package)
+        results.append(skipped("python") if rehearsal else check_python(args.python))
+    results.extend(skipped(f"package {spec}") if rehearsal else check_package(spec) for spec in args.package)
     if args.nccl_net_plugin and args.nccl_net_plugin != "none":
-        results.append(check_nccl_net_plugin(args.nccl_net_plugin))
+        results.append(skipped("nccl net plugin") if rehearsal else check_nccl_net_plugin(args.nccl_net_plugin))
     if args.efa_devices:
-        results.append(check_efa_devices(args.efa_devices))
+        results.append(skipped("efa devices") if rehearsal else check_efa_devices(args.efa_devices))
     if args.memlock:
-        results.append(check_memlock(args.memlock))
+        results.append(skipped("memlock") if rehearsal else check_memlock(args.memlock))
     if args.shared_dir is not None:
         results.append(
             check_shared_dir(

@@ -1,8 +1,11 @@
 """Checkpoint storage: FSx for Lustre in the GPU zone, its CSI driver, and the claim jobs mount.
 
 The file system is created here and bound statically (PersistentVolume with its id, DNS
-name and mount name), so the CSI controller only ever describes it; a claim in the training
-namespace binds to exactly that volume.
+name and mount name), so the CSI controller only ever describes it. A claim binds exactly one
+volume and lives in one namespace, so each workload namespace (CLAIM_NAMESPACES) gets its own
+static volume of the same file system and a claim that binds it: the NVRx job's checkpoints in
+`training`, Ray Train's storage_path in `ray` (mounted on the Ray head and every worker, which
+Ray Train 2.58 requires of a non-URI storage path).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
 from infra.spec import CheckpointStorageConfig, LustreDeployment
-from infra.spec.namespaces import TRAINING
+from infra.spec.namespaces import RAY, TRAINING, NamespaceSpec
 from infra.spec.versions import MANAGED_ADDONS
 
 ADDON = "aws-fsx-csi-driver"
@@ -27,6 +30,8 @@ STORAGE_CLASS = "fsx-lustre-static"
 # Lustre clients reach the file servers on TCP 988 and 1018-1023 (FSx Lustre user guide,
 # "File system access control with Amazon VPC").
 LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
+# Namespaces with a claim on the checkpoint file system; the first keeps the original volume name.
+CLAIM_NAMESPACES: tuple[NamespaceSpec, ...] = (TRAINING, RAY)
 LUSTRE_PORTS = tuple(
     ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low) for low, high in LUSTRE_PORT_RANGES
 )
@@ -137,6 +142,10 @@ class FsxCheckpointStorage(Construct):
             self.addon.node.add_dependency(dependency)
 
         self.volume_name = f"{environment}-{config.claim_name}"
+        self.volume_names = {
+            ns.name: self.volume_name if i == 0 else f"{self.volume_name}-{ns.name}"
+            for i, ns in enumerate(CLAIM_NAMESPACES)
+        }
         self.claim = eks.KubernetesManifest(
             self,
             "Claim",
@@ -148,20 +157,27 @@ class FsxCheckpointStorage(Construct):
         self.claim.node.add_dependency(self.addon)
 
     def manifests(self, *, availability_zone: str) -> list[dict[str, Any]]:
+        storage_class = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": STORAGE_CLASS},
+            "provisioner": "fsx.csi.aws.com",
+            "reclaimPolicy": "Retain",
+            "volumeBindingMode": "Immediate",
+        }
+        manifests: list[dict[str, Any]] = [storage_class]
+        for namespace in CLAIM_NAMESPACES:
+            manifests += self._claim(namespace.name, availability_zone)
+        return manifests
+
+    def _claim(self, namespace: str, availability_zone: str) -> list[dict[str, Any]]:
         capacity = f"{self.config.storage_capacity_gib}Gi"
+        volume_name = self.volume_names[namespace]
         return [
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": STORAGE_CLASS},
-                "provisioner": "fsx.csi.aws.com",
-                "reclaimPolicy": "Retain",
-                "volumeBindingMode": "Immediate",
-            },
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
-                "metadata": {"name": self.volume_name},
+                "metadata": {"name": volume_name},
                 "spec": {
                     "capacity": {"storage": capacity},
                     "volumeMode": "Filesystem",
@@ -171,6 +187,7 @@ class FsxCheckpointStorage(Construct):
                     "mountOptions": ["flock"],
                     "csi": {
                         "driver": "fsx.csi.aws.com",
+                        # The same file system behind every volume: the handle names it, the name differs.
                         "volumeHandle": self.file_system.ref,
                         "volumeAttributes": {
                             "dnsname": self.file_system.attr_dns_name,
@@ -178,7 +195,8 @@ class FsxCheckpointStorage(Construct):
                         },
                     },
                     # One file system lives in one AZ; the driver gives the scheduler no
-                    # topology of its own, so the volume says where it can be mounted.
+                    # topology of its own, so the volume says where it can be mounted (pods
+                    # that mount it, the Ray head on a system node included, land in that zone).
                     "nodeAffinity": {
                         "required": {
                             "nodeSelectorTerms": [
@@ -199,11 +217,11 @@ class FsxCheckpointStorage(Construct):
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "metadata": {"name": self.config.claim_name, "namespace": TRAINING.name},
+                "metadata": {"name": self.config.claim_name, "namespace": namespace},
                 "spec": {
                     "accessModes": ["ReadWriteMany"],
                     "storageClassName": STORAGE_CLASS,
-                    "volumeName": self.volume_name,
+                    "volumeName": volume_name,
                     "resources": {"requests": {"storage": capacity}},
                 },
             },

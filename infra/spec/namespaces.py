@@ -36,11 +36,12 @@ class NamespaceSpec:
             )
 
 
+# Ray GPU workers add IPC_LOCK, as the PyTorch/NVRx jobs and fabric checks do (below).
 RAY = NamespaceSpec(
     name="ray",
     purpose="RayCluster and RayJob for the Ray Train fine-tune",
-    enforce="baseline",
-    warn="restricted",
+    enforce="privileged",
+    warn="baseline",
 )
 
 # PyTorch/NVRx jobs and fabric checks add IPC_LOCK (EFA registers pinned memory with

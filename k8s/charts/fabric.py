@@ -1,11 +1,17 @@
 """Fabric verification jobs, one per GPU node group: an Indexed Job (one pod per node) that
 runs the all-reduce probe across nodes and fails, loudly, when NCCL is not on EFA or the bus
 bandwidth is under the instance type's floor; and an A/B job that measures the same sweep with
-the EFA profile and with the explicit TCP baseline, and prints both and their ratio."""
+the EFA profile and with the explicit TCP baseline, and prints both and their ratio.
+
+The check and the A/B job are separate charts, so separate files in dist/ (`fabric-check`,
+`fabric-ab`): each takes every node of a two-node group, and applied together one of them would
+hold a node the other waits for. Apply one, wait for it to finish, then the other."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import cdk8s
@@ -17,8 +23,14 @@ from infra.spec.namespaces import TRAINING
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
-from k8s.job_parts import efa_container_security, efa_job_metadata, headless_service, one_pod_per_node
-from k8s.ray_spec import RAY_IMAGE, gpu_pod_parts, hardened_pod
+from k8s.job_parts import (
+    efa_container_security,
+    efa_job_metadata,
+    headless_service,
+    one_pod_per_node,
+    precondition_script,
+)
+from k8s.ray_spec import RAY_IMAGE, gpu_pod_parts, hardened_pod, image_packages, precondition_argv
 
 NAMESPACE = TRAINING.name
 RENDEZVOUS_PORT = 29500
@@ -50,7 +62,16 @@ def probe_command(
     )
 
 
-def check_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: FabricJobConfig) -> str:
+def preconditions(group: GpuNodeGroupConfig, lock: ImageLock) -> str:
+    """The pod's own checks first (training/pod_checks.py): the image's Python and torch, the NCCL net plugin,
+    the group's EFA devices, memlock; a pod that fails them says which, instead of a probe that crawls on TCP."""
+    argv = precondition_argv(
+        lock=lock, image=RAY_IMAGE, packages=image_packages(lock, RAY_IMAGE, ("torch",)), group=group
+    )
+    return f"{precondition_script(argv)} || exit 2"
+
+
+def check_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: FabricJobConfig, lock: ImageLock) -> str:
     gpu = group.instance.gpu
     assert gpu is not None
     probe = probe_command(
@@ -67,6 +88,7 @@ def check_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: Fab
         [
             "set -uo pipefail",
             f"mkdir -p {RESULTS}",
+            preconditions(group, lock),
             probe,
             # torchrun exits 1 whatever its workers returned; the probe's own verdict is the
             # FABRIC CHECK PASSED/FAILED line it printed above (and exit_code in its JSON).
@@ -80,7 +102,7 @@ def check_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: Fab
     )
 
 
-def ab_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: FabricJobConfig) -> str:
+def ab_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: FabricJobConfig, lock: ImageLock) -> str:
     gpu = group.instance.gpu
     assert gpu is not None
     tcp_env = " ".join(f"{k}={v!r}" for k, v in fabric_env(group.instance, FabricProfile.TCP_BASELINE).items())
@@ -100,6 +122,7 @@ def ab_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: Fabric
         [
             "set -uo pipefail",
             f"mkdir -p {RESULTS}",
+            preconditions(group, lock),
             probe("efa"),
             'test "${PIPESTATUS[0]}" -eq 0 || exit 11',
             # The same sweep with the explicit TCP-baseline profile, for this measurement only.
@@ -113,7 +136,20 @@ def ab_script(group: GpuNodeGroupConfig, nodes: int, master: str, config: Fabric
     )
 
 
+class FabricJob(Enum):
+    CHECK = "check"
+    AB = "ab"
+
+
+_SCRIPTS: dict[FabricJob, Callable[[GpuNodeGroupConfig, int, str, FabricJobConfig, ImageLock], str]] = {
+    FabricJob.CHECK: check_script,
+    FabricJob.AB: ab_script,
+}
+
+
 class FabricJobsChart(cdk8s.Chart):
+    """One kind of fabric job (the check or the A/B measurement) for every GPU node group."""
+
     def __init__(
         self,
         scope: Construct,
@@ -121,6 +157,7 @@ class FabricJobsChart(cdk8s.Chart):
         *,
         environment: Environment,
         lock: ImageLock,
+        kind: FabricJob,
         config: FabricJobConfig | None = None,
     ) -> None:
         super().__init__(scope, construct_id, namespace=NAMESPACE, disable_resource_name_hashes=True)
@@ -129,12 +166,11 @@ class FabricJobsChart(cdk8s.Chart):
         self.jobs: dict[str, dict[str, Any]] = {}
         for group in environment.gpu_node_groups:
             nodes = config.nodes
-            for kind, script in (("check", check_script), ("ab", ab_script)):
-                name = f"fabric-{kind}-{group.name}"
-                master = f"{name}-0.{name}.{NAMESPACE}.svc"
-                headless_service(self, name, {"rendezvous": RENDEZVOUS_PORT})
-                job = self._job(name, group, nodes, script(group, nodes, master, config), config)
-                self.jobs[name] = job
+            name = f"fabric-{kind.value}-{group.name}"
+            master = f"{name}-0.{name}.{NAMESPACE}.svc"
+            headless_service(self, name, {"rendezvous": RENDEZVOUS_PORT})
+            script = _SCRIPTS[kind](group, nodes, master, config, lock)
+            self.jobs[name] = self._job(name, group, nodes, script, config)
 
     def _job(
         self, name: str, group: GpuNodeGroupConfig, nodes: int, script: str, config: FabricJobConfig

@@ -18,15 +18,28 @@ from infra.spec import Environment, GpuNodeGroupConfig
 from infra.spec.namespaces import TRAINING
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
 from k8s.images import ImageLock
-from k8s.job_parts import efa_container_security, efa_job_metadata, headless_service, one_pod_per_node
-from k8s.nvrx_spec import (
-    CHECKPOINT_MOUNT,
-    INPROCESS_STORE_PORT,
-    RENDEZVOUS_PORT,
-    NvrxFsdpJob,
-    launch_script,
+from k8s.job_parts import (
+    SharedDirCheck,
+    efa_container_security,
+    efa_job_metadata,
+    headless_service,
+    job_uid_env,
+    one_pod_per_node,
+    precondition_script,
 )
-from k8s.ray_spec import WorkloadError, env_list, gpu_group, gpu_pod_parts, hardened_pod
+from k8s.nvrx_spec import INPROCESS_STORE_PORT, RENDEZVOUS_PORT, NvrxFsdpJob, launch_script
+from k8s.ray_spec import (
+    CHECKPOINT_MOUNT,
+    WorkloadError,
+    checkpoint_claim,
+    checkpoint_mount,
+    env_list,
+    gpu_group,
+    gpu_pod_parts,
+    hardened_pod,
+    image_packages,
+    precondition_argv,
+)
 
 NAMESPACE = TRAINING.name
 NVRX_IMAGE = "nvrx-train"
@@ -42,16 +55,6 @@ def job_nodes(job: NvrxFsdpJob, group: GpuNodeGroupConfig) -> int:
             f"use 2 to {group.scaling.max_size} nodes or raise the group's max_size"
         )
     return nodes
-
-
-def checkpoint_volume(environment: Environment) -> dict[str, Any]:
-    storage = environment.add_ons.checkpoint_storage
-    if storage is not None:
-        # The FSx for Lustre claim from the checkpoint-storage add-on (infra/addons/fsx_checkpoints.py).
-        return {"name": "checkpoints", "persistentVolumeClaim": {"claimName": storage.claim_name}}
-    # No shared file system in this environment: checkpoints survive worker restarts inside the
-    # pod (ft_launcher, in-process) but not the pod itself.
-    return {"name": "checkpoints", "emptyDir": {}}
 
 
 class NvrxJobChart(cdk8s.Chart):
@@ -76,7 +79,19 @@ class NvrxJobChart(cdk8s.Chart):
         )
         self.launcher_argv = launcher
         self.training_argv = job.training_argv(store_host=host)
-        self.script = launch_script(job, launcher_argv=launcher, training_argv=self.training_argv)
+        # Checked at each pod's start: the image's Python and torch (lock), the pinned start-time packages, the
+        # NCCL net plugin, EFA devices and memlock; and that every pod sees the checkpoint directory (markers
+        # under it, per run of the Job: its uid).
+        checks = precondition_argv(
+            lock=lock, image=NVRX_IMAGE, packages=[*image_packages(lock, NVRX_IMAGE, ("torch",)), *job.pip], group=group
+        )
+        shared = SharedDirCheck(directory=job.checkpoint_dir, peers=self.nodes, timeout_s=job.preconditions_timeout_s)
+        self.script = launch_script(
+            job,
+            launcher_argv=launcher,
+            training_argv=self.training_argv,
+            preconditions=precondition_script(checks, shared),
+        )
         headless_service(self, job.name, {"rendezvous": RENDEZVOUS_PORT, "inprocess-store": INPROCESS_STORE_PORT})
         self.spec = self._job_spec(environment, group, job, lock.pinned(NVRX_IMAGE))
         cdk8s.ApiObject(
@@ -92,7 +107,10 @@ class NvrxJobChart(cdk8s.Chart):
             *env_list(job.watchdog_env()),
             # Model weights are downloaded once to the shared file system, not once per pod.
             {"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"},
+            job_uid_env(),
         ]
+        # NVRx checkpoints only on the claim every pod mounts: refused where the environment has none.
+        checkpoints = checkpoint_claim(environment, workload=f"NVRx job {job.name}", pods=self.nodes)
         pod = hardened_pod(
             {
                 "subdomain": job.name,
@@ -113,11 +131,11 @@ class NvrxJobChart(cdk8s.Chart):
                             {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT},
                             {"name": "inprocess-store", "containerPort": INPROCESS_STORE_PORT},
                         ],
-                        "volumeMounts": [*parts.mounts, {"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}],
+                        "volumeMounts": [*parts.mounts, checkpoint_mount()],
                         "securityContext": efa_container_security(),
                     }
                 ],
-                "volumes": [*parts.volumes, checkpoint_volume(environment)],
+                "volumes": [*parts.volumes, checkpoints],
             }
         )
         return {

@@ -1,5 +1,6 @@
-"""Ray Train workload charts: the training code as a ConfigMap, a RayCluster with one worker
-group per GPU node group, and a RayJob for the fine-tune that brings its own cluster."""
+"""Ray Train workload charts: the training code as a ConfigMap, one long-lived autoscaling RayCluster
+per GPU node group (workers from zero, one GPU type per cluster), and a RayJob for the fine-tune
+that brings its own cluster."""
 
 from __future__ import annotations
 
@@ -13,8 +14,22 @@ from infra.spec import Environment
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 from k8s.fabric_env import FabricProfile
 from k8s.images import ImageLock
-from k8s.ray_spec import CODE_CONFIGMAP, NAMESPACE, RAY_IMAGE, gpu_group, hardened_pod, ray_cluster_spec
-from k8s.workloads import RayFinetuneJob
+from k8s.ray_spec import (
+    CHECKPOINT_MOUNT,
+    CODE_CONFIGMAP,
+    NAMESPACE,
+    RAY_IMAGE,
+    checkpoint_claim,
+    gpu_group,
+    hardened_pod,
+    ray_cluster_spec,
+)
+from k8s.workloads import RayClusterConfig, RayFinetuneJob
+
+# Ray Train's RunConfig(storage_path): on the checkpoint claim the head and every worker mount (Ray 2.58 refuses
+# a local path the workers cannot see). An FSx claim rather than s3:// through pyarrow: S3 would need the image's
+# AWS SDK for C++ (inside pyarrow) to take EKS Pod Identity credentials, which nobody here could verify.
+RAY_STORAGE_PATH = f"{CHECKPOINT_MOUNT}/ray-results"
 
 TRAINING_PACKAGE = Path(__file__).resolve().parent.parent.parent / "training"
 
@@ -46,17 +61,32 @@ class TrainingCodeChart(cdk8s.Chart):
 
 
 class RayClusterChart(cdk8s.Chart):
-    """A long-lived RayCluster for interactive work and `trainctl submit`."""
+    """The long-lived RayCluster for interactive work and `trainctl submit`: one GPU node group's workers
+    (one GPU type per Ray job; a job never mixes H100 and L4 workers), started from zero by KubeRay's
+    autoscaler while a job asks for GPUs, so an idle cluster holds none of the whole-node capacity a
+    Job or RayJob is waiting for."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, lock: ImageLock) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        lock: ImageLock,
+        cluster: RayClusterConfig | None = None,
+    ) -> None:
         super().__init__(scope, construct_id, namespace=NAMESPACE, disable_resource_name_hashes=True)
-        self.spec = ray_cluster_spec(environment, lock)
+        cluster = cluster or RayClusterConfig()
+        group = gpu_group(environment, cluster.gpu_group)
+        self.spec = ray_cluster_spec(environment, lock, group=group, autoscaling=cluster.autoscaling)
         cdk8s.ApiObject(
             self,
             "cluster",
             api_version="ray.io/v1",
             kind="RayCluster",
-            metadata=cdk8s.ApiObjectMetadata(name="training", labels={"platform/environment": environment.name}),
+            metadata=cdk8s.ApiObjectMetadata(
+                name=cluster.name, labels={"platform/environment": environment.name, "platform/gpu-group": group.name}
+            ),
         ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
 
 
@@ -71,7 +101,7 @@ def finetune_entrypoint(job: RayFinetuneJob, workers: int) -> str:
             f"--batch-size {job.batch_size}",
             f"--seq-len {job.seq_len}",
             f"--data {job.data}",
-            "--storage-path /tmp/ray/train-results",
+            f"--storage-path {RAY_STORAGE_PATH}",
         ]
     )
 
@@ -94,7 +124,9 @@ class RayJobChart(cdk8s.Chart):
         gpu = group.instance.gpu
         assert gpu is not None
         self.workers = group.workload_nodes * gpu.count
-        cluster = ray_cluster_spec(environment, lock, groups=(group,), profile=profile)
+        # Refuses an environment without the shared claim (head and workers must see one storage path).
+        checkpoint_claim(environment, workload=f"RayJob {job.name}", pods=group.workload_nodes + 1)
+        cluster = ray_cluster_spec(environment, lock, group=group, profile=profile)
         runtime_env = {"pip": list(job.pip), "env_vars": {"HF_HUB_ENABLE_HF_TRANSFER": "0"}}
         self.spec = {
             "entrypoint": finetune_entrypoint(job, self.workers),

@@ -225,10 +225,14 @@ def test_fsx_in_the_gpu_zone_with_the_environment_settings(resources: dict[str, 
     assert fs["DeletionPolicy"] == "Retain"
 
 
-def test_dev_has_no_fsx(resources: dict[str, Any]) -> None:
-    assert of_type(resources["dev"], "AWS::FSx::FileSystem") == {}
+def test_dev_has_the_smallest_scratch_fsx(resources: dict[str, Any]) -> None:
+    """Issue 17 #3: multi-node jobs need one checkpoint directory every pod sees, dev included."""
+    _, fs = only(resources["dev"], "AWS::FSx::FileSystem")
+    assert fs["Properties"]["StorageCapacity"] == 1200
+    assert fs["Properties"]["LustreConfiguration"]["DeploymentType"] == "SCRATCH_2"
+    assert "PerUnitStorageThroughput" not in fs["Properties"]["LustreConfiguration"]
     names = {a["Properties"]["AddonName"] for a in of_type(resources["dev"], "AWS::EKS::Addon").values()}
-    assert "aws-fsx-csi-driver" not in names
+    assert "aws-fsx-csi-driver" in names
 
 
 NODE_SG = {"Fn::GetAtt": ["EksClusterB2BDED5B", "ClusterSecurityGroupId"]}
@@ -327,40 +331,43 @@ def test_fsx_csi_driver_with_pod_identity(resources: dict[str, Any]) -> None:
     assert association_id in template["Resources"][addon_id]["DependsOn"]
 
 
-def test_checkpoint_claim_binds_the_fsx_volume(resources: dict[str, Any]) -> None:
-    template = resources["prod"]
-    config = ENVIRONMENTS["prod"].add_ons.checkpoint_storage
+@pytest.mark.parametrize("env_name", ["dev", "prod"])
+def test_checkpoint_claims_bind_the_fsx_volumes(resources: dict[str, Any], env_name: str) -> None:
+    """A claim per workload namespace (`training` for NVRx, `ray` for Ray Train's storage_path: issue 17 #2), each
+    bound to its own static volume of the one file system (a claim binds one volume and lives in one namespace)."""
+    template = resources[env_name]
+    config = ENVIRONMENTS[env_name].add_ons.checkpoint_storage
     assert config is not None
     manifests = kubernetes_objects(template)
     claim_id, objects = next((k, objs) for k, objs in manifests.items() if objs[0]["kind"] == "StorageClass")
-    by_kind = {o["kind"]: o for o in objects}
-    storage_class, volume, claim = (
-        by_kind["StorageClass"],
-        by_kind["PersistentVolume"],
-        by_kind["PersistentVolumeClaim"],
-    )
+    (storage_class,) = [o for o in objects if o["kind"] == "StorageClass"]
+    volumes = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PersistentVolume"}
+    claims = {o["metadata"]["namespace"]: o for o in objects if o["kind"] == "PersistentVolumeClaim"}
+    assert sorted(claims) == ["ray", "training"]
+    assert sorted(volumes) == [f"{env_name}-checkpoints", f"{env_name}-checkpoints-ray"]
     assert storage_class["provisioner"] == "fsx.csi.aws.com"
     assert storage_class["reclaimPolicy"] == "Retain"
-    spec = volume["spec"]
-    assert spec["csi"]["driver"] == "fsx.csi.aws.com"
-    assert spec["csi"]["volumeHandle"] == "<token>"
-    assert set(spec["csi"]["volumeAttributes"]) == {"dnsname", "mountname"}
-    assert spec["accessModes"] == ["ReadWriteMany"]
-    assert spec["persistentVolumeReclaimPolicy"] == "Retain"
-    zone = spec["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
-    assert zone == {
-        "key": "topology.kubernetes.io/zone",
-        "operator": "In",
-        "values": [ENVIRONMENTS["prod"].gpu_availability_zone],
-    }
-    assert claim["metadata"] == {
-        "name": config.claim_name,
-        "namespace": "training",
-        "labels": claim["metadata"]["labels"],
-    }
-    assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
-    assert claim["spec"]["storageClassName"] == storage_class["metadata"]["name"] == spec["storageClassName"]
-    assert claim["spec"]["resources"]["requests"]["storage"] == f"{config.storage_capacity_gib}Gi"
+    for namespace, claim in claims.items():
+        volume = volumes[claim["spec"]["volumeName"]]
+        spec = volume["spec"]
+        assert spec["csi"]["driver"] == "fsx.csi.aws.com"
+        assert spec["csi"]["volumeHandle"] == "<token>"
+        assert set(spec["csi"]["volumeAttributes"]) == {"dnsname", "mountname"}
+        assert spec["accessModes"] == ["ReadWriteMany"]
+        assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+        zone = spec["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
+        assert zone == {
+            "key": "topology.kubernetes.io/zone",
+            "operator": "In",
+            "values": [ENVIRONMENTS[env_name].gpu_availability_zone],
+        }
+        assert claim["metadata"] == {
+            "name": config.claim_name,
+            "namespace": namespace,
+            "labels": claim["metadata"]["labels"],
+        }
+        assert claim["spec"]["storageClassName"] == storage_class["metadata"]["name"] == spec["storageClassName"]
+        assert claim["spec"]["resources"]["requests"]["storage"] == f"{config.storage_capacity_gib}Gi"
     depends = set(template["Resources"][claim_id]["DependsOn"])
     fs_id, _ = only(template, "AWS::FSx::FileSystem")
     # The training namespace is in Platform: the Storage stack as a whole follows it.

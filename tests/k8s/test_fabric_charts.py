@@ -16,7 +16,7 @@ import pytest
 from gates.manifests import check_objects
 from infra.spec import ENVIRONMENTS
 from infra.spec.fabric_floors import floor_gbps, floor_message_bytes
-from k8s.charts.fabric import FabricJobsChart
+from k8s.charts.fabric import FabricJob, FabricJobsChart
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
 from tests.conftest import ROOT
@@ -25,13 +25,12 @@ DIGEST = "sha256:" + hashlib.sha256(b"fabric chart test image").hexdigest()
 LOCK = ImageLock.load().with_digest("ray-train", DIGEST)
 
 
-def _objects(env: str) -> list[dict[str, Any]]:
-    return [
-        dict(o)
-        for o in cdk8s.Testing.synth(
-            FabricJobsChart(cdk8s.Testing.app(), "f", environment=ENVIRONMENTS[env], lock=LOCK)
-        )
+def _objects(env: str, kinds: tuple[FabricJob, ...] = tuple(FabricJob)) -> list[dict[str, Any]]:
+    app = cdk8s.Testing.app()
+    charts = [
+        FabricJobsChart(app, f"f-{kind.value}", environment=ENVIRONMENTS[env], lock=LOCK, kind=kind) for kind in kinds
     ]
+    return [dict(o) for chart in charts for o in cdk8s.Testing.synth(chart)]
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +55,14 @@ def test_a_check_and_an_ab_job_per_gpu_group_with_headless_services(prod: dict[s
             assert service["clusterIP"] == "None"
             assert service["selector"] == {"job-name": name}
             assert prod[f"Job/{name}"]["spec"]["template"]["spec"]["subdomain"] == name
+
+
+def test_the_check_and_the_ab_job_are_separate_charts() -> None:
+    # Issue 17 #5: both take every node of a two-node group; in one file, applying it deadlocks them.
+    for kind, other in ((FabricJob.CHECK, "fabric-ab-"), (FabricJob.AB, "fabric-check-")):
+        names = [o["metadata"]["name"] for o in _objects("prod", (kind,))]
+        assert names
+        assert not [n for n in names if n.startswith(other)], names
 
 
 def test_every_object_passes_the_manifest_gate() -> None:
@@ -127,6 +134,8 @@ def test_check_script_fails_when_the_analyzer_does(tmp_path: Path) -> None:
             "PATH": f"{fake}:{Path(sys.executable).parent}:/usr/bin:/bin",
             "JOB_COMPLETION_INDEX": "0",
             "PYTHONPATH": str(ROOT),
+            # This machine is not the image: its Python, plugin and devices are not checked (as in a rehearsal).
+            "PLATFORM_REHEARSAL": "cpu",
         },
         capture_output=True,
         text=True,
@@ -134,6 +143,35 @@ def test_check_script_fails_when_the_analyzer_does(tmp_path: Path) -> None:
     )
     assert result.returncode == 10, result.stdout + result.stderr
     assert "FABRIC CHECK FAILED: NCCL is not running over EFA" in result.stdout
+
+
+@pytest.mark.parametrize("kind", ["check", "ab"])
+def test_fabric_pods_check_their_preconditions_before_the_probe(tmp_path: Path, kind: str) -> None:
+    """The real script on this machine, which lacks the image's Python, the OFI plugin and EFA devices: the pod
+    exits 2 naming what it lacks, and the probe never starts."""
+    job = next(o for o in _objects("dev") if o["kind"] == "Job" and o["metadata"]["name"] == f"fabric-{kind}-g6")
+    script = _script(job)
+    assert "python -m training.pod_checks --python 3.13 --package torch==2.13.0" in script
+    assert "--nccl-net-plugin ofi --efa-devices 1 --memlock unlimited" in script
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "torchrun").write_text(f"#!/bin/sh\ntouch {tmp_path}/probe-ran\n")
+    (fake / "torchrun").chmod(0o755)
+    result = subprocess.run(
+        ["/bin/bash", "-c", script.replace("/tmp/fabric", str(tmp_path / "out"))],
+        env={
+            "PATH": f"{fake}:{Path(sys.executable).parent}:/usr/bin:/bin",
+            "JOB_COMPLETION_INDEX": "0",
+            "PYTHONPATH": str(ROOT),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "FAIL python: Python 3.11" in result.stdout or sys.version_info[:2] == (3, 13)
+    assert "FAIL efa devices" in result.stdout
+    assert not (tmp_path / "probe-ran").exists()
 
 
 def test_fabric_compare_prints_the_ratio(tmp_path: Path) -> None:

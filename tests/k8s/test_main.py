@@ -22,7 +22,8 @@ EXPECTED_FILES = {
     "training-code.k8s.yaml",
     "ray-cluster.k8s.yaml",
     "ray-finetune.k8s.yaml",
-    "fabric.k8s.yaml",
+    "fabric-check.k8s.yaml",
+    "fabric-ab.k8s.yaml",
     "nvrx-fsdp.k8s.yaml",
 }
 
@@ -41,7 +42,9 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
         assert kinds["ray-finetune.k8s.yaml"] == ["RayJob"]
         assert kinds["training-code.k8s.yaml"] == ["ConfigMap", "ConfigMap"]
         groups = len(ENVIRONMENTS[env].gpu_node_groups)
-        assert sorted(kinds["fabric.k8s.yaml"]) == sorted(["Service", "Job"] * 2 * groups)
+        # The check and the A/B job apart (issue 17 #5): each takes every node of a two-node group.
+        for kind in ("check", "ab"):
+            assert sorted(kinds[f"fabric-{kind}.k8s.yaml"]) == sorted(["Service", "Job"] * groups)
         assert kinds["nvrx-fsdp.k8s.yaml"] == ["Service", "Job"]
 
 

@@ -30,9 +30,13 @@ def test_one_namespace_per_spec_with_pod_security_labels() -> None:
         assert labels["platform/environment"] == "dev"
 
 
-def test_ray_namespace_enforces_at_least_baseline() -> None:
+def test_ray_namespace_admits_ipc_lock_and_still_reports_beyond_baseline() -> None:
+    # Ray GPU workers add IPC_LOCK for EFA (issue 17 #7), which Baseline rejects; what goes beyond Baseline is
+    # still reported (warn and audit).
     ray = next(m for m in _synth() if m["metadata"]["name"] == "ray")  # type: ignore[index]
-    assert ray["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] in ("baseline", "restricted")  # type: ignore[index]
+    labels = ray["metadata"]["labels"]  # type: ignore[index]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "baseline"
 
 
 def test_manifests_validate_against_the_cluster_schema() -> None:

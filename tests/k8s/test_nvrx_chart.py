@@ -8,6 +8,7 @@ import os
 import shlex
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from k8s.nvrx_spec import (
     NvrxFsdpJob,
 )
 from k8s.ray_spec import WorkloadError
+from tests.conftest import ROOT
 from tests.k8s.schema import validate_core
 
 DIGEST = "sha256:" + hashlib.sha256(b"nvrx chart test image").hexdigest()
@@ -54,7 +56,7 @@ def _container(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _env(objects: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in _container(objects)["env"]}
+    return {e["name"]: e["value"] for e in _container(objects)["env"] if "value" in e}
 
 
 def test_prod_renders_an_indexed_job_of_p5_pods_one_per_node(prod: Any) -> None:
@@ -91,15 +93,32 @@ def test_each_pod_takes_the_whole_p5_from_the_instance_facts(prod: Any) -> None:
     assert mounts["dshm"] == "/dev/shm"
 
 
-def test_checkpoints_go_to_the_fsx_claim_in_prod_and_an_emptydir_in_dev(prod: Any) -> None:
-    _, objects = prod
-    storage = ENVIRONMENTS["prod"].add_ons.checkpoint_storage
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_checkpoints_go_to_the_fsx_claim_every_pod_mounts(env: str) -> None:
+    """Issue 17 #3: dev's checkpoints were on a per-pod emptyDir, so pod 1's ranks could not write into the step
+    directory rank 0 created on pod 0. Every environment's job now mounts the FSx claim."""
+    _, objects = _chart(env)
+    storage = ENVIRONMENTS[env].add_ons.checkpoint_storage
     assert storage is not None
     volumes = {v["name"]: v for v in _pod(objects)["volumes"]}
     assert volumes["checkpoints"] == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": storage.claim_name}}
     assert {m["name"]: m["mountPath"] for m in _container(objects)["volumeMounts"]}["checkpoints"] == "/checkpoints"
-    _, dev = _chart("dev")
-    assert {v["name"]: v for v in _pod(dev)["volumes"]}["checkpoints"] == {"name": "checkpoints", "emptyDir": {}}
+    assert not [v for v in _pod(objects)["volumes"] if "emptyDir" in v and v["name"] != "dshm"]
+
+
+def test_an_environment_without_shared_storage_refuses_the_job_naming_the_fix() -> None:
+    import dataclasses
+
+    from infra.spec import AddOnsConfig
+
+    bare = dataclasses.replace(ENVIRONMENTS["dev"], add_ons=AddOnsConfig(checkpoint_storage=None))
+    with pytest.raises(
+        WorkloadError,
+        match=r"environment 'dev': add_ons.checkpoint_storage=None, but NVRx job nvrx-fsdp runs 2 pods that must "
+        r"share one checkpoint directory; fix: give the environment a CheckpointStorageConfig in "
+        r"infra/spec/environments.py",
+    ):
+        NvrxJobChart(cdk8s.Testing.app(), "n", environment=bare, lock=LOCK, job=NvrxFsdpJob())
 
 
 def test_fabric_env_is_the_shared_module_and_nvrx_settings_are_explicit(prod: Any) -> None:
@@ -150,17 +169,90 @@ def test_the_script_runs_and_only_pod_0_hosts_the_rendezvous(prod: Any, tmp_path
     chart, _ = prod
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    # Stand-ins for what the script calls: python (NVRx "installed"), mkdir, and ft_launcher
-    # printing the argv it received, one argument per line.
+    # Stand-ins for what the script calls: python (NVRx "installed", arguments and preconditions fine), mkdir, and
+    # ft_launcher printing the argv it received, one argument per line.
     for name, body in (("python", "exit 0"), ("mkdir", "exit 0"), ("ft_launcher", 'printf "%s\\n" "$@"')):
         path = stubs / name
         path.write_text(f"#!/bin/bash\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    conf = f"read_timeout={FtLauncherConfig().rendezvous_read_timeout_s},join_timeout=1200"
     for index, is_host in (("0", "1"), ("1", "0")):
-        env = {"PATH": f"{stubs}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": index}
+        env = {"PATH": f"{stubs}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": index, "JOB_UID": "u-1"}
         result = subprocess.run(["/bin/bash", "-c", chart.script], env=env, capture_output=True, text=True, check=True)
         received = result.stdout.splitlines()
-        assert received == [*chart.launcher_argv[1:], f"--rdzv-conf=is_host={is_host}", *chart.training_argv]
+        assert received == [*chart.launcher_argv[1:], f"--rdzv-conf=is_host={is_host},{conf}", *chart.training_argv]
+
+
+def test_rendezvous_timeouts_reach_the_real_rendezvous_config_parser(prod: Any) -> None:
+    """Issue 17 #7: torchrun's c10d read timeout is 60 s; a pod whose image pulled minutes after pod 0's
+    exceeds it on fresh p5 nodes. The manifest writes the timeouts out instead of relying on a launcher default."""
+    from nvidia_resiliency_ext.fault_tolerance._torch_elastic_compat.rendezvous.utils import (
+        _parse_rendezvous_config,
+    )
+
+    chart, _ = prod
+    (line,) = [line for line in chart.script.splitlines() if line.startswith("exec ")]
+    (conf,) = [a for a in shlex.split(line.replace("$is_host", "0")) if a.startswith("--rdzv-conf=")]
+    parsed = _parse_rendezvous_config(conf.removeprefix("--rdzv-conf="))
+    assert parsed == {"is_host": "0", "read_timeout": "900", "join_timeout": "1200"}
+
+
+def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher(prod: Any) -> None:
+    """Issue 17 #6 and the pod checks: ft_launcher turns every worker failure into exit 1, so the Job's exit-2
+    rule never fired for bad flags. The script validates the training arguments (exit 2) and the pod's own
+    preconditions (exit 2) before ft_launcher starts."""
+    chart, objects = prod
+    lines = chart.script.splitlines()
+    check_args = lines.index(f"python {shlex.join(chart.training_argv)} --check-args")
+    (checks,) = [i for i, line in enumerate(lines) if line.startswith("python -m training.pod_checks ")]
+    (launch,) = [i for i, line in enumerate(lines) if line.startswith("exec ft_launcher ")]
+    assert check_args < checks < launch
+    assert lines[0] == "set -euo pipefail"  # a failed check ends the script with its own exit status
+    assert lines[checks] == (
+        "python -m training.pod_checks --python 3.12 --package torch==2.9.0 --package nvidia-resiliency-ext==0.4.1 "
+        "--package transformers==5.23.0 --nccl-net-plugin ofi --efa-devices 32 --memlock unlimited "
+        "--shared-dir /checkpoints/nvrx-fsdp --peers 2 --shared-timeout 900 "
+        '--index "$JOB_COMPLETION_INDEX" --run-id "$JOB_UID"'
+    )
+    env = {e["name"]: e for e in _container(objects)["env"]}
+    assert env["JOB_UID"] == {
+        "name": "JOB_UID",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}},
+    }
+    rules = objects["Job/nvrx-fsdp"]["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]},
+    }
+
+
+def _check_args(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv, "--check-args"],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_args_exits_2_on_a_bad_flag_and_on_a_missing_device(prod: Any, tmp_path: Path) -> None:
+    chart, _ = prod
+    argv = [a.replace("/checkpoints", str(tmp_path)) for a in chart.training_argv]
+    bad_flag = _check_args([*argv, "--no-such-flag"])
+    assert bad_flag.returncode == 2
+    assert "unrecognized arguments: --no-such-flag" in bad_flag.stderr
+    bad_value = _check_args([*argv, "--ckpt-keep=0"])
+    assert (bad_value.returncode, "--ckpt-keep 0 must be at least 1" in bad_value.stderr) == (2, True)
+    # --device=cuda on this machine: no CUDA device, a precondition the Job cannot fix by retrying.
+    no_gpu = _check_args(argv)
+    assert no_gpu.returncode == 2
+    assert "--device cuda: no CUDA device is visible" in no_gpu.stderr
+    rehearsal = _check_args(argv, PLATFORM_REHEARSAL="cpu")
+    assert rehearsal.returncode == 0, rehearsal.stderr
+    assert "arguments ok: 2000 steps on cpu (gloo)" in rehearsal.stdout
+    assert not list(tmp_path.iterdir())  # nothing started, nothing written
 
 
 @pytest.mark.parametrize("nodes", [2, 5, 8])
@@ -184,7 +276,14 @@ def test_more_nodes_than_the_group_allows_is_refused_with_the_fix() -> None:
         (lambda: InProcessRestart(hard_timeout_s=200, barrier_timeout_s=120), r"soft < hard < barrier"),
         (lambda: CheckpointPolicy(keep=1), r"keep=1 must be at least 2"),
         (lambda: CheckpointPolicy(every_steps=0), r"every_steps=0"),
-        (lambda: FtLauncherConfig(rank_heartbeat_timeout_s=1000), r"0 < rank <= initial"),
+        (lambda: FtLauncherConfig(rank_heartbeat_timeout_s=1300), r"0 < rank <= initial"),
+        (lambda: FtLauncherConfig(rendezvous_read_timeout_s=0), r"0 < read <= join"),
+        (lambda: FtLauncherConfig(rendezvous_read_timeout_s=1300), r"0 < read <= join"),
+        (
+            lambda: NvrxFsdpJob(ft_launcher=FtLauncherConfig(rank_heartbeat_timeout_s=300)),
+            r"rank_heartbeat_timeout_s=300 must exceed nvrx.inprocess.hard_timeout_s=360",
+        ),
+        (lambda: NvrxFsdpJob(preconditions_timeout_s=5), r"preconditions_timeout_s=5 must be 10 to 3600"),
         (lambda: FtLauncherConfig(rank_termination_signal="SIGHUP"), r"SIGKILL or SIGTERM"),
         (lambda: NvrxFsdpJob(pip=("nvidia-resiliency-ext",)), r"not pinned"),
         (lambda: NvrxFsdpJob(name="NVRX"), r"nvrx.name='NVRX' must be lower-case"),
@@ -234,3 +333,14 @@ def test_training_flags_are_accepted_by_the_real_training_cli(prod: Any) -> None
     # The NCCL watchdog outlasts the Wrapper's hard timeout (NVRx requirement).
     assert parsed.pg_timeout_s > parsed.inprocess.hard_timeout_s
     assert str(parsed.ckpt_dir) == job.checkpoint_dir
+
+
+def test_inprocess_soft_timeout_covers_model_load_and_a_restore(prod: Any) -> None:
+    """Issue 17 #7: a 60 s soft timeout could fire during model load or a DCP restore from FSx, which run inside
+    the Wrapper's first iteration before the first progress ping (InProcessRestart's docstring has the figures)."""
+    chart, _ = prod
+    job = NvrxFsdpJob()
+    assert job.inprocess.soft_timeout_s >= 300
+    assert f"--inprocess-soft-timeout={job.inprocess.soft_timeout_s}" in chart.training_argv
+    # Ordering kept: ft_launcher's per-step heartbeat outlasts the Wrapper's hard timeout.
+    assert job.ft_launcher.rank_heartbeat_timeout_s > job.inprocess.hard_timeout_s

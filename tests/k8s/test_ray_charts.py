@@ -1,5 +1,6 @@
 """Ray workload charts: head placement, worker sizing per instance type, fabric env, pinned
-images, ClusterIP only, the fine-tune RayJob; all validated against the KubeRay CRD schema."""
+images, ClusterIP only, the fine-tune RayJob, the autoscaling long-lived cluster, shared storage,
+the workers' precondition check; all validated against the KubeRay CRD schema."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import yaml
 from gates.manifests import check_objects
 from infra.spec import ENVIRONMENTS, GpuNodeGroupConfig, Scaling
 from infra.spec.instances import INSTANCE_TYPES
-from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
+from k8s.charts.ray import RAY_STORAGE_PATH, RayClusterChart, RayJobChart, TrainingCodeChart
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock, UnpinnedImagesError
 from k8s.ray_spec import WorkloadError, head_resources, worker_resources
-from k8s.workloads import RayFinetuneJob
+from k8s.workloads import RayClusterConfig, RayFinetuneJob
 
 # A digest computed from content the test creates; the committed lock holds none.
 DIGEST = "sha256:" + hashlib.sha256(b"test manifest for ray-train").hexdigest()
@@ -83,27 +84,59 @@ def test_head_on_a_system_node_without_gpus() -> None:
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
 
 
-def test_one_worker_group_per_gpu_node_group_sized_from_the_facts() -> None:
-    prod = ENVIRONMENTS["prod"]
-    groups = _cluster("prod")["spec"]["workerGroupSpecs"]
-    assert [g["groupName"] for g in groups] == [g.name for g in prod.gpu_node_groups]
+def _job_groups(env: str = "prod") -> list[tuple[dict[str, Any], GpuNodeGroupConfig]]:
+    """(worker group of the RayJob's own cluster, its node group), for every GPU group of `env`."""
+    groups = ENVIRONMENTS[env].gpu_node_groups
+    specs = [_job(env, RayFinetuneJob(gpu_group=g.name))["spec"]["rayClusterSpec"] for g in groups]
+    return [(spec["workerGroupSpecs"][0], g) for spec, g in zip(specs, groups, strict=True)]
+
+
+def test_job_cluster_workers_sized_from_the_facts() -> None:
     expected = {
         "p5": {"cpu": "160", "memory": "1706Gi", "nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"},
         "g6": {"cpu": "40", "memory": "160Gi", "nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"},
     }
-    for group, config in zip(groups, prod.gpu_node_groups, strict=True):
+    for group, config in _job_groups():
         (container,) = group["template"]["spec"]["containers"]
         assert container["resources"]["limits"] == expected[group["groupName"]]
         assert container["resources"]["requests"] == container["resources"]["limits"]
         assert group["rayStartParams"] == {"num-gpus": expected[group["groupName"]]["nvidia.com/gpu"]}
-        # Replicas are the job's nodes (workload_nodes), not the node group's desired size (0 at deploy).
-        assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (
-            config.scaling.min_size,
-            config.workload_nodes,
-            config.scaling.max_size,
+        # A RayJob's own cluster has the job's nodes (workload_nodes), fixed: not the group's desired size (0).
+        assert (
+            (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (config.workload_nodes,) * 3 == (2,) * 3
         )
-        assert group["replicas"] == 2
         assert "command" not in container  # KubeRay injects `ray start`
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_long_lived_cluster_scales_one_gpu_group_from_zero(env: str) -> None:
+    """Issue 17 #5: the long-lived RayCluster held every GPU node of every group (replicas = workload_nodes, no
+    autoscaler), so a RayJob, the NVRx job or a fabric check stayed Pending while it existed, and a prod job on it
+    could mix H100 and L4 workers. Now: one group's workers, from zero by KubeRay's autoscaler."""
+    spec = _cluster(env)["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    (group,) = spec["workerGroupSpecs"]
+    first = ENVIRONMENTS[env].gpu_node_groups[0]
+    assert group["groupName"] == first.name
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, first.scaling.max_size)
+    options = spec["autoscalerOptions"]
+    assert options["idleTimeoutSeconds"] == 300
+    assert options["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    # KubeRay runs the autoscaler as a sidecar of the head with a ServiceAccount it creates: it needs the token,
+    # acknowledged per resource for checkov.
+    head = spec["headGroupSpec"]["template"]
+    assert head["spec"]["automountServiceAccountToken"] is True
+    assert head["metadata"]["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_38=")
+
+
+def test_long_lived_cluster_on_another_group_and_named_for_trainctl() -> None:
+    chart = RayClusterChart(
+        cdk8s.Testing.app(), "rc", environment=ENVIRONMENTS["prod"], lock=LOCK, cluster=RayClusterConfig(gpu_group="g6")
+    )
+    (obj,) = cdk8s.Testing.synth(chart)
+    assert obj["metadata"]["name"] == "training"  # trainctl/eks_auth.py RAY_CLUSTER
+    assert obj["metadata"]["labels"]["platform/gpu-group"] == "g6"
+    assert [g["groupName"] for g in obj["spec"]["workerGroupSpecs"]] == ["g6"]
 
 
 @pytest.mark.parametrize("name", ["g6.12xlarge", "p5.48xlarge", "p5e.48xlarge", "p4d.24xlarge"])
@@ -122,15 +155,14 @@ def test_head_sizing_leaves_room_for_the_operator() -> None:
 
 
 def test_workers_schedule_only_on_their_gpu_group() -> None:
-    for group in _cluster("prod")["spec"]["workerGroupSpecs"]:
+    for group, _ in _job_groups():
         pod = group["template"]["spec"]
         assert pod["nodeSelector"] == {"role": "gpu-worker", "platform/gpu-group": group["groupName"]}
         assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def test_workers_carry_the_fabric_env_explicitly() -> None:
-    prod = ENVIRONMENTS["prod"]
-    for group, config in zip(_cluster("prod")["spec"]["workerGroupSpecs"], prod.gpu_node_groups, strict=True):
+    for group, config in _job_groups():
         (container,) = group["template"]["spec"]["containers"]
         env = _env(container)
         for key, value in fabric_env(config.instance).items():
@@ -138,18 +170,87 @@ def test_workers_carry_the_fabric_env_explicitly() -> None:
         assert env["NCCL_NET"] == "AWS Libfabric"
 
 
+HARDENED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+EFA_HARDENED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+
+
 def test_pods_are_hardened() -> None:
     spec = _job("prod", RayFinetuneJob(gpu_group="p5"))["spec"]
     pods = [spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"], spec["submitterPodTemplate"]["spec"]]
-    pods += [g["template"]["spec"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
     for pod in pods:
         assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
         assert pod["automountServiceAccountToken"] is False
-        for container in pod["containers"]:
-            assert container["securityContext"] == {
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"]},
-            }
+        assert [c["securityContext"] for c in pod["containers"]] == [HARDENED]
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_gpu_workers_add_ipc_lock_alone_acknowledged_per_resource(env: str) -> None:
+    """Issue 17 #7: Ray GPU workers dropped every capability, IPC_LOCK included, so EFA memory registration was
+    held to the container's memlock rlimit (nothing on the AL2023 AMI raises it for containerd)."""
+    workers = [g for g, _ in _job_groups(env)] + _cluster(env)["spec"]["workerGroupSpecs"]
+    for group in workers:
+        pod = group["template"]["spec"]
+        assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+        assert pod["automountServiceAccountToken"] is False
+        assert [c["securityContext"] for c in [*pod["initContainers"], *pod["containers"]]] == [EFA_HARDENED] * 2
+        assert group["template"]["metadata"]["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_25=IPC_LOCK")
+
+
+@pytest.mark.parametrize(("env", "group", "efa"), [("dev", "g6", "1"), ("prod", "p5", "32")])
+def test_workers_check_their_preconditions_before_ray_starts(env: str, group: str, efa: str) -> None:
+    """KubeRay owns the worker's command, so the check is an init container of the same image with the same
+    devices: the image's Python and the packages the fine-tune imports (versions from the lock), the OFI plugin,
+    the group's EFA devices, memlock."""
+    spec = _job(env, RayFinetuneJob(gpu_group=group))["spec"]["rayClusterSpec"]
+    pod = spec["workerGroupSpecs"][0]["template"]["spec"]
+    (check,) = pod["initContainers"]
+    (worker,) = pod["containers"]
+    assert check["name"] == "preconditions"
+    assert check["image"] == worker["image"] == PINNED
+    assert check["resources"] == worker["resources"]
+    assert check["command"] == [
+        "python", "-m", "training.pod_checks", "--python", "3.13",
+        "--package", "ray==2.58.0", "--package", "torch==2.13.0", "--package", "transformers==5.13.0",
+        "--nccl-net-plugin", "ofi", "--efa-devices", efa, "--memlock", "unlimited",
+    ]  # fmt: skip
+    assert {"name": "training-code", "mountPath": "/opt/ml-platform/training", "readOnly": True} in check[
+        "volumeMounts"
+    ]
+
+
+def test_tcp_baseline_workers_do_not_ask_for_the_ofi_plugin() -> None:
+    spec = _job(profile=FabricProfile.TCP_BASELINE)["spec"]["rayClusterSpec"]
+    (check,) = spec["workerGroupSpecs"][0]["template"]["spec"]["initContainers"]
+    assert "--nccl-net-plugin" not in check["command"]
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_ray_train_storage_is_the_claim_the_head_and_every_worker_mount(env: str) -> None:
+    """Issue 17 #2: `--storage-path /tmp/ray/train-results` was node-local; Ray 2.58 fails the run's first
+    persisted checkpoint with "A local path on the head node is not accessible by worker nodes"."""
+    spec = _job(env)["spec"]
+    assert f"--storage-path {RAY_STORAGE_PATH}" in spec["entrypoint"]
+    assert RAY_STORAGE_PATH == "/checkpoints/ray-results"
+    cluster = spec["rayClusterSpec"]
+    templates = [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]
+    templates += [_cluster(env)["spec"]["headGroupSpec"]["template"]]
+    for template in templates:
+        pod = template["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["checkpoints"] == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}}
+        assert {"name": "checkpoints", "mountPath": "/checkpoints"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_rayjob_refused_where_the_environment_has_no_shared_storage() -> None:
+    from infra.spec import AddOnsConfig
+
+    bare = dataclasses.replace(ENVIRONMENTS["dev"], add_ons=AddOnsConfig(checkpoint_storage=None))
+    with pytest.raises(
+        WorkloadError,
+        match=r"environment 'dev': add_ons.checkpoint_storage=None, but RayJob qwen-finetune runs 3 pods .*"
+        r"fix: give the environment a CheckpointStorageConfig",
+    ):
+        RayJobChart(cdk8s.Testing.app(), "x", environment=bare, lock=LOCK, job=RayFinetuneJob())
 
 
 def test_dev_shm_sized_for_nccl() -> None:
@@ -176,7 +277,8 @@ def test_finetune_job_uses_every_gpu_of_its_group() -> None:
     assert "--num-workers 8" in spec["entrypoint"]  # dev: 2 x g6.12xlarge x 4 L4
     assert spec["entrypoint"].startswith("python -m training.ray_finetune --model Qwen/Qwen2.5-1.5B")
     assert spec["shutdownAfterJobFinishes"] is True
-    assert spec["ttlSecondsAfterFinished"] == 3600
+    # Issue 17 #7: an hour kept the job's GPU nodes (two p5.48xlarge in prod) idle after it ended.
+    assert spec["ttlSecondsAfterFinished"] == 600
     assert spec["activeDeadlineSeconds"] == 6 * 3600
     assert spec["backoffLimit"] == 0
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
@@ -243,6 +345,12 @@ def test_worker_group_cannot_ask_more_efa_than_the_instance_has() -> None:
             scaling=Scaling(min_size=0, desired_size=0, max_size=1),
             efa_interfaces=33,
         )
+
+
+@pytest.mark.parametrize("ttl", [-1, 3601])
+def test_rayjob_ttl_bounded(ttl: int) -> None:
+    with pytest.raises(WorkloadError, match=rf"ray_finetune.ttl_seconds_after_finished={ttl} must be 0 to 3600"):
+        RayFinetuneJob(ttl_seconds_after_finished=ttl)
 
 
 @pytest.mark.parametrize("requirement", ["transformers", "transformers>=5", "transformers==5.*x y"])

@@ -55,11 +55,6 @@ def test_a_minimal_ray_is_refused_before_any_pod_starts(tmp_path: Path, tiny_mod
 
 
 @pytest.mark.skipif(MINIMAL_RAY is not None, reason=f"needs ray[default] where the pods run: {MINIMAL_RAY}")
-@pytest.mark.xfail(
-    strict=True,
-    reason=f"issue 17 (2): the RayJob's --storage-path /tmp/ray/train-results is node-local; Ray 2.58 raises "
-    f"'{STORAGE_ERROR}' at the final report",
-)
 def test_dev_ray_finetune_completes_on_a_head_and_two_worker_pods(
     tmp_path: Path, tiny_model: Path, lock: ImageLock
 ) -> None:
@@ -71,3 +66,4 @@ def test_dev_ray_finetune_completes_on_a_head_and_two_worker_pods(
     assert [p.name.split("-")[-2] for p in finetune.pods[:3]] == ["head", "worker", "worker"]
     assert finetune.state == "Complete", f"{finetune.state} {finetune.message}\n{pod_logs(result)}"
     assert finetune.message.startswith("jobStatus SUCCEEDED")
+    assert STORAGE_ERROR not in pod_logs(result)

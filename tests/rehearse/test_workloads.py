@@ -45,11 +45,6 @@ def trainer_logs(result: Rehearsal) -> str:
     return "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for w in result.workloads for p in w.pods)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 (3): dev NVRx checkpoints on a per-pod emptyDir; pod 1's ranks cannot write into the step "
-    "directory rank 0 created on pod 0 (FileNotFoundError at the first checkpoint)",
-)
 def test_dev_nvrx_job_completes_on_two_pods(tmp_path: Path, tiny_model: Path, lock: ImageLock) -> None:
     # Fail fast instead of retrying a failure no retry can fix: one in-process iteration, no
     # ft_launcher restart, no pod replacement.
@@ -59,8 +54,8 @@ def test_dev_nvrx_job_completes_on_two_pods(tmp_path: Path, tiny_model: Path, lo
         ft_launcher=FtLauncherConfig(max_restarts=0),
         backoff_limit=0,
     )
-    # Seen on this machine: pod 1's ranks fail with FileNotFoundError at step 2, then ft_launcher on
-    # pod 0 keeps its rank monitors "handling" and the pods never end, so the run is bounded here.
+    # Issue 17 (3), before dev had the FSx claim: pod 1's ranks failed with FileNotFoundError at step 2 (a per-pod
+    # emptyDir), then ft_launcher on pod 0 kept its rank monitors "handling" and the pods never ended; bounded here.
     result = rehearse(tmp_path, nvrx_manifests("dev", job, lock), tiny_model, timeout_s=120.0)
     nvrx = result.workload("nvrx-fsdp")
     assert nvrx.state == "Complete", f"{nvrx.state} {nvrx.message}\n{trainer_logs(result)}"

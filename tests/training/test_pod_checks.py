@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import importlib.metadata
+import os
 import resource
 import shutil
 import subprocess
@@ -13,11 +16,13 @@ import pytest
 
 from training import pod_checks
 from training.pod_checks import (
+    CAP_IPC_LOCK,
     check_efa_devices,
     check_memlock,
     check_package,
     check_python,
     check_shared_dir,
+    has_ipc_lock,
     release,
 )
 
@@ -76,9 +81,47 @@ def test_efa_devices(tmp_path: Path) -> None:
 def test_memlock() -> None:
     assert check_memlock("unlimited", (resource.RLIM_INFINITY, resource.RLIM_INFINITY)).ok
     assert check_memlock("65536", (1 << 20, 1 << 20)).ok
-    low = check_memlock("unlimited", (8 << 20, 8 << 20))
+    low = check_memlock("unlimited", (8 << 20, 8 << 20), ipc_lock=False)
     assert not low.ok
     assert low.detail == f"RLIMIT_MEMLOCK is {8 << 20} bytes, EFA needs unlimited"
+    assert "add the IPC_LOCK capability" in low.fix
+
+
+def test_memlock_with_ipc_lock_is_enough() -> None:
+    """Issue 17 #7: with CAP_IPC_LOCK the kernel does not hold pinned (registered) memory to RLIMIT_MEMLOCK, which
+    on the AL2023 AMI is systemd's default for containerd's children; the EFA pods add the capability."""
+    capped = check_memlock("unlimited", (8 << 20, 8 << 20), ipc_lock=True)
+    assert capped.ok
+    assert capped.detail == f"{8 << 20} bytes, with CAP_IPC_LOCK (pinned memory is not held to the limit)"
+
+
+@pytest.mark.parametrize(
+    ("cap_eff", "expected"),
+    [("000001ffffffffff", True), ("00000000a80425fb", False), ("0000000000004000", True)],
+)
+def test_ipc_lock_read_from_the_effective_capabilities(cap_eff: str, expected: bool) -> None:
+    # a80425fb: the container runtime's default set (no IPC_LOCK, bit 14); 4000: IPC_LOCK alone.
+    assert has_ipc_lock(f"Name:\tpython\nCapInh:\t0000000000000000\nCapEff:\t{cap_eff}\n") is expected
+    assert has_ipc_lock("Name:\tpython\n") is False
+
+
+def test_a_cpu_rehearsal_skips_the_image_and_device_checks_but_not_the_shared_dir(tmp_path: Path) -> None:
+    argv = ["--python", "2.7", "--package", "no-such-package==1", "--nccl-net-plugin", "ofi", "--efa-devices", "32"]
+    argv += ["--memlock", "unlimited", "--shared-dir", str(tmp_path), "--peers", "2", "--shared-timeout", "1"]
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "PLATFORM_REHEARSAL": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-m", "training.pod_checks", *argv], env=env, capture_output=True, text=True, timeout=60
+    )
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "skip python",
+        "skip package no-such-package==1",
+        "skip nccl net plugin",
+        "skip efa devices",
+        "skip memlock",
+        "FAIL shared dir",
+    ]
+    assert result.returncode == 2
 
 
 def test_shared_dir_seen_by_every_pod_passes(tmp_path: Path) -> None:
@@ -144,6 +187,10 @@ def test_nccl_net_plugin_is_loaded_with_the_dynamic_loader(tmp_path: Path) -> No
 def test_cli_exit_2_names_every_failed_check(tmp_path: Path) -> None:
     def low_memlock() -> None:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 << 10, resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]))
+        # Without CAP_IPC_LOCK after exec (root keeps every capability otherwise, and the limit would not bind).
+        pr_capbset_drop = 24
+        if ctypes.CDLL(None, use_errno=True).prctl(pr_capbset_drop, CAP_IPC_LOCK, 0, 0, 0) != 0:
+            assert ctypes.get_errno() == errno.EPERM  # not root: the capability was never there
 
     done = run(
         "--python",
@@ -159,8 +206,8 @@ def test_cli_exit_2_names_every_failed_check(tmp_path: Path) -> None:
     assert lines[0].startswith("FAIL python: Python ")
     assert lines[1].startswith("ok   package torch: ")
     assert lines[2] == f"FAIL memlock: RLIMIT_MEMLOCK is {64 << 10} bytes, EFA needs unlimited; fix: " + (
-        "run the node's container runtime with LimitMEMLOCK=infinity (containerd's systemd unit; containers "
-        "inherit it) and check `ulimit -l` in a pod on that AMI"
+        "add the IPC_LOCK capability to the container (securityContext.capabilities.add), or run the node's "
+        "container runtime with LimitMEMLOCK=infinity (containerd's systemd unit; containers inherit it)"
     )
     assert done.stderr.strip() == "pod preconditions failed: python, memlock"
 
