@@ -31,7 +31,8 @@ STATEFUL_LOGICAL_IDS = {
 
 # Stacks per environment (construct id -> stack name): what `cdk deploy '<env>/<id>'` names.
 STACKS = {
-    "dev": {"Platform": "ml-dev-platform", "Gpu-g6": "ml-dev-gpu-g6"},
+    # dev has checkpoint storage too (issue 17: every multi-pod job needs a directory all its pods see).
+    "dev": {"Platform": "ml-dev-platform", "Storage": "ml-dev-storage", "Gpu-g6": "ml-dev-gpu-g6"},
     "prod": {
         "Platform": "ml-prod-platform",
         "Storage": "ml-prod-storage",
