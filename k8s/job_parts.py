@@ -5,6 +5,7 @@ the Job's uid for the pods' shared-directory check."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,10 +60,12 @@ def efa_container_security() -> dict[str, Any]:
     return {**CONTAINER_SECURITY, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
 
 
-def efa_job_metadata(name: str) -> cdk8s.ApiObjectMetadata:
-    """Job metadata carrying checkov's per-resource acknowledgment of the one added capability."""
+def efa_job_metadata(name: str, *, labels: Mapping[str, str]) -> cdk8s.ApiObjectMetadata:
+    """Job metadata: `labels` (the Kueue queue of its GPU group, k8s/queueing.py) and checkov's per-resource
+    acknowledgment of the one added capability."""
     return cdk8s.ApiObjectMetadata(
         name=name,
+        labels=dict(labels),
         annotations={"checkov.io/skip1": "CKV_K8S_25=IPC_LOCK only: EFA memory registration pins buffers"},
     )
 

@@ -37,6 +37,10 @@ from k8s.ray_spec import worker_resources
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# An autoscaling RayCluster is admitted only as an elastic job (ElasticJobsViaWorkloadSlices, Beta and on by default
+# since 0.18): without this annotation Kueue's webhook rejects it ("a kueue-managed RayCluster can use autoscaling
+# only as an elastic job", raycluster_webhook.go); each scale-up is then a new Workload slice admitted on its own.
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 SYSTEM_FLAVOR = "system"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"

@@ -30,6 +30,7 @@ from k8s.job_parts import (
     one_pod_per_node,
     precondition_script,
 )
+from k8s.queueing import queue_labels
 from k8s.ray_spec import RAY_IMAGE, gpu_pod_parts, hardened_pod, image_packages, precondition_argv
 
 NAMESPACE = TRAINING.name
@@ -170,10 +171,17 @@ class FabricJobsChart(cdk8s.Chart):
             master = f"{name}-0.{name}.{NAMESPACE}.svc"
             headless_service(self, name, {"rendezvous": RENDEZVOUS_PORT})
             script = _SCRIPTS[kind](group, nodes, master, config, lock)
-            self.jobs[name] = self._job(name, group, nodes, script, config)
+            labels = queue_labels(environment, group.name)
+            self.jobs[name] = self._job(name, group, nodes, script, config, labels)
 
     def _job(
-        self, name: str, group: GpuNodeGroupConfig, nodes: int, script: str, config: FabricJobConfig
+        self,
+        name: str,
+        group: GpuNodeGroupConfig,
+        nodes: int,
+        script: str,
+        config: FabricJobConfig,
+        labels: dict[str, str],
     ) -> dict[str, Any]:
         parts = gpu_pod_parts(group)
         pod = hardened_pod(
@@ -207,7 +215,7 @@ class FabricJobsChart(cdk8s.Chart):
             "ttlSecondsAfterFinished": config.ttl_seconds_after_finished,
             "template": {"metadata": {"labels": {"app.kubernetes.io/name": name}}, "spec": pod},
         }
-        cdk8s.ApiObject(self, name, api_version="batch/v1", kind="Job", metadata=efa_job_metadata(name)).add_json_patch(
-            cdk8s.JsonPatch.add("/spec", spec)
-        )
+        cdk8s.ApiObject(
+            self, name, api_version="batch/v1", kind="Job", metadata=efa_job_metadata(name, labels=labels)
+        ).add_json_patch(cdk8s.JsonPatch.add("/spec", spec))
         return spec

@@ -28,6 +28,7 @@ from k8s.job_parts import (
     precondition_script,
 )
 from k8s.nvrx_spec import INPROCESS_STORE_PORT, RENDEZVOUS_PORT, NvrxFsdpJob, launch_script
+from k8s.queueing import queue_labels
 from k8s.ray_spec import (
     CHECKPOINT_MOUNT,
     WorkloadError,
@@ -95,7 +96,11 @@ class NvrxJobChart(cdk8s.Chart):
         headless_service(self, job.name, {"rendezvous": RENDEZVOUS_PORT, "inprocess-store": INPROCESS_STORE_PORT})
         self.spec = self._job_spec(environment, group, job, lock.pinned(NVRX_IMAGE))
         cdk8s.ApiObject(
-            self, job.name, api_version="batch/v1", kind="Job", metadata=efa_job_metadata(job.name)
+            self,
+            job.name,
+            api_version="batch/v1",
+            kind="Job",
+            metadata=efa_job_metadata(job.name, labels=queue_labels(environment, group.name)),
         ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
 
     def _job_spec(

@@ -14,6 +14,7 @@ from infra.spec import Environment
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 from k8s.fabric_env import FabricProfile
 from k8s.images import ImageLock
+from k8s.queueing import ELASTIC_JOB_ANNOTATION, queue_labels
 from k8s.ray_spec import (
     CHECKPOINT_MOUNT,
     CODE_CONFIGMAP,
@@ -85,7 +86,14 @@ class RayClusterChart(cdk8s.Chart):
             api_version="ray.io/v1",
             kind="RayCluster",
             metadata=cdk8s.ApiObjectMetadata(
-                name=cluster.name, labels={"platform/environment": environment.name, "platform/gpu-group": group.name}
+                name=cluster.name,
+                labels={
+                    "platform/environment": environment.name,
+                    "platform/gpu-group": group.name,
+                    **queue_labels(environment, group.name),
+                },
+                # Its workers scale from zero by the autoscaler: Kueue admits each scale-up as a slice.
+                annotations={ELASTIC_JOB_ANNOTATION: "true"},
             ),
         ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
 
@@ -160,5 +168,8 @@ class RayJobChart(cdk8s.Chart):
             "job",
             api_version="ray.io/v1",
             kind="RayJob",
-            metadata=cdk8s.ApiObjectMetadata(name=job.name, labels={"platform/environment": environment.name}),
+            metadata=cdk8s.ApiObjectMetadata(
+                name=job.name,
+                labels={"platform/environment": environment.name, **queue_labels(environment, group.name)},
+            ),
         ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,3 +151,28 @@ def test_a_ray_job_mixing_gpu_types_fits_no_single_queue() -> None:
             if any(_flavor_fits(gpu_group_selector(g.name), flavors[n]) for n in names)
         }
         assert len(fitting) == 1, (queue["metadata"]["name"], fitting)
+
+
+def test_every_gpu_workload_in_dist_is_admitted_through_its_groups_queue(dist: Path) -> None:
+    """Issue 17 (5): whole-node workloads queue in Kueue instead of starving each other. Every Job, RayJob and
+    RayCluster that asks for GPUs carries the LocalQueue label of the one GPU group its pods select, on its own
+    metadata (Kueue reads the job's label, not the pod template's); the autoscaling RayCluster is an elastic job
+    (Kueue's webhook refuses an autoscaling RayCluster without it)."""
+    from gates import outputs
+    from k8s.queueing import ELASTIC_JOB_ANNOTATION
+
+    seen = []
+    for where, obj in outputs.manifests(dist):
+        if obj.get("kind") not in ("Job", "RayJob", "RayCluster"):
+            continue
+        text = json.dumps(obj.get("spec", {}))
+        if '"nvidia.com/gpu"' not in text:
+            continue
+        groups = set(re.findall(r'"platform/gpu-group": "([a-z0-9-]+)"', text))
+        assert len(groups) == 1, f"{where}: pods select {sorted(groups)}: one GPU group per workload"
+        labels = obj["metadata"].get("labels", {})
+        assert labels.get(QUEUE_LABEL) == local_queue_name(groups.pop()), f"{where}: {labels}"
+        if obj["kind"] == "RayCluster":
+            assert obj["metadata"].get("annotations", {}).get(ELASTIC_JOB_ANNOTATION) == "true", where
+        seen.append(obj["kind"])
+    assert sorted(set(seen)) == ["Job", "RayCluster", "RayJob"]
