@@ -13,11 +13,13 @@ from types import MappingProxyType
 from typing import Any
 
 from infra.spec import Environment, GpuNodeGroupConfig, InstanceType
+from infra.spec.metrics import EMF_AGENT_ENDPOINT
 from infra.spec.namespaces import RAY
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR, gpu_group_selector, gpu_toleration
 from infra.spec.versions import RAY_VERSION
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
+from training.emf import AGENT_ENDPOINT_ENV, INSTANCE_TYPE_ENV, JOB_NAME_ENV
 
 RAY_IMAGE = "ray-train"
 CODE_CONFIGMAP = "training-code"
@@ -137,6 +139,16 @@ def gpu_pod_parts(group: GpuNodeGroupConfig, profile: FabricProfile = FabricProf
 RAY_LOG_ENV: Mapping[str, str] = MappingProxyType({"RAY_DEDUP_LOGS": "0"})
 
 
+def emf_env(environment: Environment, *, job_name: str, group: GpuNodeGroupConfig) -> dict[str, str]:
+    """What training/emf.py reads: the job and instance type its throughput lines carry (the alarms group by them),
+    and, where the environment runs the CloudWatch agent, the agent's EMF endpoint (stdout lines reach CloudWatch
+    Logs inside Fluent Bit's envelope, from which CloudWatch extracts no metrics)."""
+    env = {JOB_NAME_ENV: job_name, INSTANCE_TYPE_ENV: group.instance_type}
+    if environment.add_ons.observability:
+        env[AGENT_ENDPOINT_ENV] = EMF_AGENT_ENDPOINT
+    return env
+
+
 # The packages the Ray fine-tune imports, checked at each worker's start at the versions the lock records.
 RAY_WORKER_PACKAGES = ("ray", "torch", "transformers")
 PRECONDITIONS_CONTAINER = "preconditions"
@@ -214,6 +226,8 @@ def worker_group(
     lock: ImageLock,
     profile: FabricProfile,
     count: WorkerCount,
+    *,
+    job_name: str,
 ) -> dict[str, Any]:
     parts = gpu_pod_parts(group, profile)
     gpus = parts.resources["limits"]["nvidia.com/gpu"]
@@ -268,7 +282,10 @@ def worker_group(
                         {
                             "name": "ray-worker",
                             "image": image,
-                            "env": [*parts.env, *env_list(RAY_LOG_ENV)],
+                            "env": [
+                                *parts.env,
+                                *env_list({**RAY_LOG_ENV, **emf_env(environment, job_name=job_name, group=group)}),
+                            ],
                             "resources": parts.resources,
                             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
                             "volumeMounts": mounts,
@@ -327,6 +344,7 @@ def ray_cluster_spec(
     lock: ImageLock,
     *,
     group: GpuNodeGroupConfig,
+    job_name: str,
     profile: FabricProfile = FabricProfile.EFA,
     autoscaling: Autoscaling | None = None,
 ) -> dict[str, Any]:
@@ -342,7 +360,7 @@ def ray_cluster_spec(
         "rayVersion": RAY_VERSION,
         "enableInTreeAutoscaling": autoscaling is not None,
         "headGroupSpec": head_group(environment, lock, autoscaling=autoscaling is not None),
-        "workerGroupSpecs": [worker_group(environment, group, lock, profile, count)],
+        "workerGroupSpecs": [worker_group(environment, group, lock, profile, count, job_name=job_name)],
     }
     if autoscaling is not None:
         spec["autoscalerOptions"] = autoscaling.options()

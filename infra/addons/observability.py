@@ -20,7 +20,7 @@ configuration values:
   on, and `logs.metrics_collected.emf`, which makes the agent listen for embedded-metric-format lines on
   port 25888 TCP/UDP; the operator then adds `emf-tcp`/`emf-udp` to the `cloudwatch-agent` Service
   (amazon-cloudwatch-agent-operator internal/manifests/collector/ports.go). Training pods send their
-  throughput lines there (training/emf.py, EMF_AGENT_ENDPOINT below).
+  throughput lines there (training/emf.py, infra/spec/metrics.py EMF_AGENT_ENDPOINT).
 """
 
 from __future__ import annotations
@@ -31,16 +31,14 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from infra.spec.metrics import EMF_AGENT_NAMESPACE, EMF_AGENT_SERVICE
 from infra.spec.scheduling import gpu_toleration
 from infra.spec.versions import MANAGED_ADDONS
 
 ADDON = "amazon-cloudwatch-observability"
-NAMESPACE = "amazon-cloudwatch"
-SERVICE_ACCOUNT = "cloudwatch-agent"
+NAMESPACE = EMF_AGENT_NAMESPACE
+SERVICE_ACCOUNT = EMF_AGENT_SERVICE
 AGENT_POLICY = "CloudWatchAgentServerPolicy"
-EMF_PORT = 25888
-# What training pods put in AWS_EMF_AGENT_ENDPOINT (the agent's Service, created by the operator).
-EMF_AGENT_ENDPOINT = f"tcp://{SERVICE_ACCOUNT}.{NAMESPACE}:{EMF_PORT}"
 
 
 def configuration(cluster_name: str) -> dict[str, Any]:

@@ -36,6 +36,13 @@ from training.emf import (
 )
 
 CONTAINER_INSIGHTS = "ContainerInsights"
+# Where training pods send their EMF lines (AWS_EMF_AGENT_ENDPOINT): the CloudWatch agent's EMF listener, port
+# 25888, which the amazon-cloudwatch-agent-operator opens on the `cloudwatch-agent` Service in `amazon-cloudwatch`
+# once the agent config enables emf (operator internal/manifests/collector/ports.go; infra/addons/observability.py).
+EMF_AGENT_SERVICE = "cloudwatch-agent"
+EMF_AGENT_NAMESPACE = "amazon-cloudwatch"
+EMF_PORT = 25888
+EMF_AGENT_ENDPOINT = f"tcp://{EMF_AGENT_SERVICE}.{EMF_AGENT_NAMESPACE}:{EMF_PORT}"
 SOURCE = "docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-metrics-enhanced-EKS.html"
 
 

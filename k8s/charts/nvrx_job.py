@@ -34,6 +34,7 @@ from k8s.ray_spec import (
     WorkloadError,
     checkpoint_claim,
     checkpoint_mount,
+    emf_env,
     env_list,
     gpu_group,
     gpu_pod_parts,
@@ -109,7 +110,7 @@ class NvrxJobChart(cdk8s.Chart):
         parts = gpu_pod_parts(group)
         env = [
             *parts.env,
-            *env_list(job.watchdog_env()),
+            *env_list({**job.watchdog_env(), **emf_env(environment, job_name=job.name, group=group)}),
             # Model weights are downloaded once to the shared file system, not once per pod.
             {"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"},
             job_uid_env(),

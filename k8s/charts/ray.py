@@ -79,7 +79,9 @@ class RayClusterChart(cdk8s.Chart):
         super().__init__(scope, construct_id, namespace=NAMESPACE, disable_resource_name_hashes=True)
         cluster = cluster or RayClusterConfig()
         group = gpu_group(environment, cluster.gpu_group)
-        self.spec = ray_cluster_spec(environment, lock, group=group, autoscaling=cluster.autoscaling)
+        self.spec = ray_cluster_spec(
+            environment, lock, group=group, job_name=cluster.name, autoscaling=cluster.autoscaling
+        )
         cdk8s.ApiObject(
             self,
             "cluster",
@@ -134,7 +136,7 @@ class RayJobChart(cdk8s.Chart):
         self.workers = group.workload_nodes * gpu.count
         # Refuses an environment without the shared claim (head and workers must see one storage path).
         checkpoint_claim(environment, workload=f"RayJob {job.name}", pods=group.workload_nodes + 1)
-        cluster = ray_cluster_spec(environment, lock, group=group, profile=profile)
+        cluster = ray_cluster_spec(environment, lock, group=group, job_name=job.name, profile=profile)
         runtime_env = {"pip": list(job.pip), "env_vars": {"HF_HUB_ENABLE_HF_TRANSFER": "0"}}
         self.spec = {
             "entrypoint": finetune_entrypoint(job, self.workers),

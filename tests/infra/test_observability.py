@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from infra.addons.observability import ADDON, EMF_PORT, NAMESPACE, SERVICE_ACCOUNT
+from infra.addons.observability import ADDON, NAMESPACE, SERVICE_ACCOUNT
 from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError
 from infra.spec.alarms import (
     Comparison,
@@ -21,6 +21,7 @@ from infra.spec.alarms import (
     per_job_states,
 )
 from infra.spec.baselines import BASELINES
+from infra.spec.metrics import EMF_PORT
 from infra.spec.operating import OPERATING
 from infra.spec.scheduling import GPU_TAINT_KEY
 from infra.spec.versions import MANAGED_ADDONS
