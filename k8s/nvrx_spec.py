@@ -17,8 +17,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from infra.spec.environments import DNS_LABEL
+from infra.spec.operating import NODE_MTBF, FailureRate
 from k8s.ray_spec import CHECKPOINT_MOUNT, WorkloadError
 from k8s.workloads import require_pinned_packages
 
@@ -45,6 +47,23 @@ class CheckpointPolicy:
     every_steps: int = 100
     mode: CheckpointMode = CheckpointMode.ASYNC
     keep: int = 3
+
+    @classmethod
+    def young_daly(
+        cls,
+        *,
+        checkpoint_stall_s: float,
+        step_time_s: float,
+        nodes: int,
+        failures: FailureRate = NODE_MTBF,
+        **kwargs: Any,
+    ) -> CheckpointPolicy:
+        """The interval that minimises expected lost time from measured figures (`trainctl goodput` prints them):
+        sqrt(2 x stall x the job's MTBF) in steps of `step_time_s`, at least 1."""
+        if step_time_s <= 0:
+            raise WorkloadError(f"nvrx.checkpoint step_time_s={step_time_s} must be > 0 (a measured step time)")
+        interval = failures.checkpoint_interval_s(checkpoint_stall_s=checkpoint_stall_s, nodes=nodes)
+        return cls(every_steps=max(1, round(interval / step_time_s)), **kwargs)
 
     def __post_init__(self) -> None:
         if self.every_steps < 1:

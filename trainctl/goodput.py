@@ -258,8 +258,10 @@ def recommend(stalls: list[float], step_time_s: float | None, nodes: int) -> Rec
     if not stalls or step_time_s is None or step_time_s <= 0:
         return None
     stall = statistics.median(stalls)
+    if stall <= 0:
+        return None
     mtbf = NODE_MTBF.job_mtbf_s(nodes)
-    interval = math.sqrt(2 * stall * mtbf)
+    interval = NODE_MTBF.checkpoint_interval_s(checkpoint_stall_s=stall, nodes=nodes)
     return Recommendation(
         checkpoint_stall_s=stall,
         job_mtbf_s=mtbf,
@@ -362,7 +364,8 @@ def render(ledger: Ledger) -> str:
     if rec is not None:
         lines.append(
             f"  checkpoint interval (Young-Daly): sqrt(2 x {rec.checkpoint_stall_s:.3f} s x {rec.job_mtbf_s:.0f} s) = "
-            f"{rec.interval_s:.0f} s = every {rec.every_steps} steps at {rec.step_time_s:.3f} s/step"
+            f"{rec.interval_s:.0f} s = every {rec.every_steps} steps at {rec.step_time_s:.3f} s/step "
+            f"(NvrxFsdpJob(checkpoint=CheckpointPolicy(every_steps={rec.every_steps})) in k8s/nvrx_spec.py)"
         )
     return "\n".join(lines)
 

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -98,6 +99,13 @@ class FailureRate:
         if nodes < 1:
             raise ConfigError("nodes", nodes, ">= 1")
         return self.mtbf_node_hours * 3600.0 / nodes
+
+    def checkpoint_interval_s(self, *, checkpoint_stall_s: float, nodes: int) -> float:
+        """Young (1974) / Daly (2006) first-order optimum: sqrt(2 x checkpoint cost x job MTBF). The cost is what a
+        save takes from training (the async saver's stall, not the whole write)."""
+        if checkpoint_stall_s <= 0:
+            raise ConfigError("checkpoint_stall_s", checkpoint_stall_s, "> 0 (a measured stall per save)")
+        return math.sqrt(2 * checkpoint_stall_s * self.job_mtbf_s(nodes))
 
 
 # "The Llama 3 Herd of Models" (Meta, arXiv:2407.21783, section 3.3.4): 419 unexpected interruptions

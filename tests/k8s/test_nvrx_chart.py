@@ -344,3 +344,22 @@ def test_inprocess_soft_timeout_covers_model_load_and_a_restore(prod: Any) -> No
     assert f"--inprocess-soft-timeout={job.inprocess.soft_timeout_s}" in chart.training_argv
     # Ordering kept: ft_launcher's per-step heartbeat outlasts the Wrapper's hard timeout.
     assert job.ft_launcher.rank_heartbeat_timeout_s > job.inprocess.hard_timeout_s
+
+
+def test_checkpoint_interval_from_young_daly() -> None:
+    """sqrt(2 x stall x job MTBF) in steps: the one formula trainctl goodput recommends with (issue 15)."""
+    import math
+
+    from infra.spec.operating import NODE_MTBF
+    from k8s.nvrx_spec import CheckpointMode, CheckpointPolicy
+
+    policy = CheckpointPolicy.young_daly(checkpoint_stall_s=0.2, step_time_s=1.5, nodes=8, mode=CheckpointMode.SYNC)
+    expected = math.sqrt(2 * 0.2 * NODE_MTBF.mtbf_node_hours * 3600 / 8) / 1.5
+    assert policy.every_steps == round(expected)
+    assert policy.mode is CheckpointMode.SYNC
+    # More nodes fail more often: checkpoint more often.
+    assert (
+        CheckpointPolicy.young_daly(checkpoint_stall_s=0.2, step_time_s=1.5, nodes=64).every_steps < policy.every_steps
+    )
+    with pytest.raises(WorkloadError, match="step_time_s=0"):
+        CheckpointPolicy.young_daly(checkpoint_stall_s=0.2, step_time_s=0, nodes=8)
