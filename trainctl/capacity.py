@@ -38,6 +38,7 @@ from enum import StrEnum
 from typing import Any
 
 from infra.spec import ENVIRONMENTS, ConfigError, Environment, GpuNodeGroupConfig, get_environment
+from trainctl.arguments import node_count
 from trainctl.aws import (
     PROBE_TAG,
     Aws,
@@ -679,7 +680,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--group", metavar="NAME", help="the GPU node group (default: the only one)")
     parser.add_argument(
         "--nodes",
-        type=_positive,
+        type=node_count(1),
         metavar="N",
         help="how many nodes (default: the group's workload nodes, else its desired size)",
     )
@@ -703,16 +704,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="send requests to another endpoint (ec2, service-quotas), e.g. a local emulator; repeatable",
     )
     parser.set_defaults(run=run)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected at least 1 node")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

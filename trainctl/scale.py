@@ -29,7 +29,7 @@ from typing import Any
 
 from infra.spec import ENVIRONMENTS, ConfigError, Environment, GpuNodeGroupConfig, get_environment
 from infra.spec.versions import HELM_CHARTS
-from trainctl.arguments import seconds
+from trainctl.arguments import node_count, seconds
 from trainctl.aws import Aws, AwsError, describe_nodegroup, describe_update, update_nodegroup_scaling
 from trainctl.eks_auth import (
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -511,16 +511,6 @@ def scale(
 # --- command line ------------------------------------------------------------------------------
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 or more nodes")
-    return value
-
-
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "scale",
@@ -533,7 +523,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--env", required=True, choices=sorted(ENVIRONMENTS), help="the environment")
     parser.add_argument("--group", required=True, metavar="NAME", help="the GPU node group")
-    parser.add_argument("--nodes", required=True, type=_count, metavar="N", help="the desired node count")
+    parser.add_argument("--nodes", required=True, type=node_count(0), metavar="N", help="the desired node count")
     parser.add_argument(
         "--wait",
         type=seconds(24 * 3600),
