@@ -51,7 +51,7 @@ started=$SECONDS
 mkdir -p "$work"
 if [ ! -x "$venv/bin/python" ]; then
     "${PYTHON:-python3.12}" -m venv "$venv"
-    mapfile -t pins < <(grep -E '^(torch|ray\[train\]|transformers|tokenizers|safetensors|numpy|nvidia-resiliency-ext)==' \
+    mapfile -t pins < <(grep -E '^(torch|ray\[default,train\]|transformers|tokenizers|safetensors|numpy|nvidia-resiliency-ext)==' \
         "$root/requirements-dev.txt")
     "$venv/bin/python" -m pip install --quiet "${pins[@]}"
 fi

@@ -268,18 +268,15 @@ def test_fsx_security_group_admits_lustre_from_the_nodes_only(resources: dict[st
     assert not any(r.get("CidrIp") == "0.0.0.0/0" for r in sg.get("SecurityGroupEgress", []))
 
 
-def test_nodes_admit_lustre_from_the_file_servers(resources: dict[str, Any]) -> None:
+@pytest.mark.parametrize("env", ["dev", "prod"])  # both have checkpoint storage (issue 17: shared checkpoints)
+def test_nodes_admit_lustre_from_the_file_servers(resources: dict[str, Any], env: str) -> None:
     # Client side (FSx Lustre guide, "limit access with security groups"): the file servers call
     # the clients back, so the nodes' (cluster) security group admits 988 and 1018-1023 from them.
-    template = resources["prod"]
+    template = resources[env]
     _, fs = only(template, "AWS::FSx::FileSystem")
     own = json.dumps(fs["Properties"]["SecurityGroupIds"][0], sort_keys=True)
     from_fsx = {rule for rule in _rules(template, "Ingress", NODE_SG) if rule[3] == own}
     assert from_fsx == {("tcp", 988, 988, own), ("tcp", 1018, 1023, own)}
-
-
-def test_dev_nodes_have_no_lustre_rules(resources: dict[str, Any]) -> None:
-    assert not [r for r in _rules(resources["dev"], "Ingress", NODE_SG) if r[1] == 988]
 
 
 def test_fsx_waits_for_every_one_of_its_security_group_rules(stack_templates: dict[str, dict[str, Any]]) -> None:

@@ -76,7 +76,7 @@ def test_the_pins_it_installs_are_the_projects() -> None:
     requirements = (ROOT / "requirements-dev.txt").read_text().splitlines()
     pins = [line for line in requirements if re.match(pattern, line)]
     assert sorted(p.split("==")[0] for p in pins) == sorted(
-        ["torch", "ray[train]", "transformers", "tokenizers", "safetensors", "numpy", "nvidia-resiliency-ext"]
+        ["torch", "ray[default,train]", "transformers", "tokenizers", "safetensors", "numpy", "nvidia-resiliency-ext"]
     )
 
 
