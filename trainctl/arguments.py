@@ -1,9 +1,11 @@
-"""argparse value types shared by the subcommands: bounded seconds and node counts with a clear message."""
+"""argparse value types shared by the subcommands: bounded seconds, node counts and [KEY=]URL overrides, each
+refused with a clear message."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection
 
 
 def seconds(upper: float) -> Callable[[str], float]:
@@ -33,5 +35,21 @@ def node_count(minimum: int) -> Callable[[str], int]:
             wanted = "at least 1 node" if minimum == 1 else f"{minimum} or more nodes"
             raise argparse.ArgumentTypeError(f"{text!r}: expected {wanted}")
         return value
+
+    return parse
+
+
+def keyed_url(keys: Collection[str], *, default: str, key_name: str) -> Callable[[str], tuple[str, str]]:
+    """`URL` (for every key: `default`) or `KEY=URL` for one of `keys`; an http(s) URL either way."""
+
+    def parse(text: str) -> tuple[str, str]:
+        key, equals, url = text.partition("=")
+        if not equals or key not in keys:
+            key, url = default, text
+        if not re.match(r"^https?://[^\s/]+", url):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected URL or {key_name}=URL with {key_name} one of {', '.join(keys)} and an http(s) URL"
+            )
+        return key, url
 
     return parse

@@ -51,7 +51,7 @@ from trainctl.aws import (
 )
 from trainctl.exit_codes import ExitCode
 from trainctl.output import table, to_json
-from trainctl.preflight import ENVIRONMENT_TAG, _endpoint, _region, quota_for
+from trainctl.preflight import ENVIRONMENT_TAG, _region, aws_endpoint, quota_for
 
 ENVIRONMENTS_FILE = "infra/spec/environments.py"
 PROBE_LIFETIME = timedelta(hours=1)
@@ -697,7 +697,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     parser.add_argument(
         "--endpoint-url",
-        type=_endpoint,
+        type=aws_endpoint,
         action="append",
         default=[],
         metavar="[SERVICE=]URL",

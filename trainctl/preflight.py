@@ -60,7 +60,8 @@ from infra.spec.addressing import (
 from infra.spec.efa import efa_layout
 from infra.spec.environments import CapacityKind
 from infra.spec.versions import CORE_ADDONS, HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS, HelmChartPin
-from trainctl.aws import SERVICES, Aws, AwsError, ErrorKind
+from trainctl.arguments import keyed_url
+from trainctl.aws import ALL_SERVICES, SERVICES, Aws, AwsError, ErrorKind
 from trainctl.exit_codes import ExitCode
 from trainctl.helm_repo import DEFAULT_TIMEOUT as CHART_TIMEOUT
 from trainctl.helm_repo import ChartIndex, ChartRepoError, RepoErrorKind, check_oci_chart, fetch_index, is_oci, newest
@@ -1356,26 +1357,9 @@ def _region(text: str) -> str:
     return text
 
 
-def _endpoint(text: str) -> tuple[str, str]:
-    service, equals, url = text.partition("=")
-    if not equals or service not in SERVICES:
-        service, url = "*", text
-    if not re.match(r"^https?://[^\s/]+", url):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected URL or SERVICE=URL with SERVICE one of {', '.join(SERVICES)} and an http(s) URL"
-        )
-    return service, url
-
-
-def _chart_repository(text: str) -> tuple[str, str]:
-    name, equals, url = text.partition("=")
-    if not equals or name not in HELM_CHARTS:
-        name, url = ALL_CHARTS, text
-    if not re.match(r"^https?://[^\s/]+", url):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected URL or CHART=URL with CHART one of {', '.join(HELM_CHARTS)} and an http(s) URL"
-        )
-    return name, url
+# --endpoint-url [SERVICE=]URL (capacity and scale take it too) and --chart-repository [CHART=]URL.
+aws_endpoint = keyed_url(SERVICES, default=ALL_SERVICES, key_name="SERVICE")
+_chart_repository = keyed_url(HELM_CHARTS, default=ALL_CHARTS, key_name="CHART")
 
 
 class StderrProgress:
@@ -1423,7 +1407,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     parser.add_argument(
         "--endpoint-url",
-        type=_endpoint,
+        type=aws_endpoint,
         action="append",
         default=[],
         metavar="[SERVICE=]URL",

@@ -43,7 +43,7 @@ from trainctl.eks_auth import (
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import KubeError, api_errors
 from trainctl.output import table, to_json
-from trainctl.preflight import _endpoint
+from trainctl.preflight import aws_endpoint
 
 ENVIRONMENTS_FILE = "infra/spec/environments.py"
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
@@ -550,7 +550,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     group.add_argument(
         "--endpoint-url",
-        type=_endpoint,
+        type=aws_endpoint,
         action="append",
         default=[],
         metavar="[SERVICE=]URL",

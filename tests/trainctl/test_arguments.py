@@ -39,3 +39,12 @@ def test_the_cli_refuses_a_bad_node_count(argv: list[str], message: str, capsys:
         main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_keyed_url_overrides() -> None:
+    from trainctl.preflight import aws_endpoint
+
+    assert aws_endpoint("http://127.0.0.1:5000") == ("*", "http://127.0.0.1:5000")
+    assert aws_endpoint("ec2=http://127.0.0.1:5000") == ("ec2", "http://127.0.0.1:5000")
+    with pytest.raises(argparse.ArgumentTypeError, match="expected URL or SERVICE=URL with SERVICE one of ec2, "):
+        aws_endpoint("ec2=ftp://x")
