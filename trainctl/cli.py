@@ -11,8 +11,8 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from trainctl import capacity, fabric_check, goodput, logs, pin, preflight, scale, status, submit
+from trainctl.commands import rehearse
 from trainctl.exit_codes import ExitCode
-from trainctl.rehearse import command as rehearse
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     pin.add_parser,

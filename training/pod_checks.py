@@ -237,7 +237,7 @@ def skipped(name: str) -> Result:
 def run_checks(args: argparse.Namespace) -> list[Result]:
     results = []
     # A rehearsal runs the pod's command with this machine's Python environment and no GPU or EFA device
-    # (trainctl/rehearse/pods.py): the image and hardware facts are not there to check; the shared directory is.
+    # (rehearse/pods.py): the image and hardware facts are not there to check; the shared directory is.
     rehearsal = os.environ.get(REHEARSAL_ENV) == REHEARSAL_CPU
     if args.python:
         results.append(skipped("python") if rehearsal else check_python(args.python))

@@ -8,8 +8,8 @@ import pytest
 
 from k8s.check_lock import check_lock
 from k8s.images import ImageLock
+from rehearse import RehearsalError, check_platform
 from tests.training.tiny import corpus_lines, save_tiny_model
-from trainctl.rehearse import RehearsalError, check_platform
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ import k8s.charts.fabric as fabric_chart
 from infra.spec import ENVIRONMENTS
 from k8s.charts.fabric import FabricJob, FabricJobConfig, FabricJobsChart
 from k8s.images import ImageLock
-from trainctl.rehearse import Options, Rehearsal, load_manifests, run
+from rehearse import Options, Rehearsal, load_manifests, run
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 SMALL_FLOOR_BYTES = 64 * 1024

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from rehearse import Kill, Options, Rehearsal, RehearsalError, run
 from trainctl.cli import main
-from trainctl.rehearse import Kill, Options, Rehearsal, RehearsalError, run
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 NS = "t"

@@ -15,8 +15,8 @@ import pytest
 
 from k8s.images import ImageLock
 from k8s.nvrx_spec import NvrxFsdpJob
+from rehearse import Kill, Rehearsal
 from tests.rehearse.test_workloads import nvrx_job, nvrx_manifests, rehearse, trainer_logs
-from trainctl.rehearse import Kill, Rehearsal
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 CLAIM_DIR = "out/claims/training/checkpoints/nvrx-fsdp"

@@ -3,7 +3,7 @@ pod and two worker pods (the dev g6 group's workload_nodes) with their own /tmp 
 submitter Job running `ray job submit`, a tiny model and a few steps on CPU with gloo.
 
 `ray job submit` and the RayJob's jobStatus go through the head's dashboard HTTP server, which Ray
-serves only with ray[default] (trainctl/rehearse/kuberay.py). Where this environment has a minimal
+serves only with ray[default] (rehearse/kuberay.py). Where this environment has a minimal
 Ray the rehearsal refuses at once with that reason, and the fine-tune test is skipped saying so."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from infra.spec import ENVIRONMENTS
 from k8s.charts.ray import RayJobChart, TrainingCodeChart
 from k8s.images import ImageLock
 from k8s.workloads import RayFinetuneJob
-from trainctl.rehearse import Options, Rehearsal, RehearsalError, run
-from trainctl.rehearse.kuberay import dashboard_dependency_error
+from rehearse import Options, Rehearsal, RehearsalError, run
+from rehearse.kuberay import dashboard_dependency_error
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 MINIMAL_RAY = dashboard_dependency_error()

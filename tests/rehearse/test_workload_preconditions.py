@@ -12,8 +12,8 @@ import pytest
 
 from k8s.images import ImageLock
 from k8s.nvrx_spec import NvrxFsdpJob
+from rehearse import Kill
 from tests.rehearse.test_workloads import nvrx_job, nvrx_manifests, rehearse, trainer_logs
-from trainctl.rehearse import Kill
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 DEV_CLAIM = Path("claims/training/checkpoints/nvrx-fsdp")

@@ -18,7 +18,7 @@ from k8s.charts.nvrx_job import NvrxJobChart
 from k8s.charts.ray import TrainingCodeChart
 from k8s.images import ImageLock
 from k8s.nvrx_spec import CheckpointPolicy, FtLauncherConfig, InProcessRestart, NvrxFsdpJob
-from trainctl.rehearse import Options, Rehearsal, run
+from rehearse import Options, Rehearsal, run
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainctl.rehearse.network import Network
+from rehearse.network import Network
 from training.rehearsal import REHEARSAL_CPU, REHEARSAL_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -391,7 +391,7 @@ class Runtime:
             namespaces.append("--net")
         init_log = (directory / "pod-init.log").open("ab")
         process = subprocess.Popen(
-            ["unshare", *namespaces, "--", sys.executable, "-m", "trainctl.rehearse.podinit", str(spec_file)],
+            ["unshare", *namespaces, "--", sys.executable, "-m", "rehearse.podinit", str(spec_file)],
             pass_fds=(ready_w, go_r),
             stdin=subprocess.DEVNULL,
             stdout=init_log,

@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from rehearse import Kill, Options, RehearsalError, format_table, load_manifests, run
 from trainctl.exit_codes import ExitCode
-from trainctl.rehearse import Kill, Options, RehearsalError, format_table, load_manifests, run
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,7 +1,7 @@
 """The first process of a rehearsal pod (PID 1 of its own PID namespace).
 
-Started by the pod runtime (trainctl/rehearse/pods.py) as
-`unshare --mount --uts --ipc --pid [--net] --fork --kill-child --mount-proc python -m trainctl.rehearse.podinit SPEC`
+Started by the pod runtime (rehearse/pods.py) as
+`unshare --mount --uts --ipc --pid [--net] --fork --kill-child --mount-proc python -m rehearse.podinit SPEC`
 and does, inside the new namespaces, what the kubelet and the container runtime would:
 
 1. mounts: its own tmpfs on /tmp, /dev/shm and /root (HOME), each volume bind-mounted at its mountPath

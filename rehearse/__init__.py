@@ -2,7 +2,7 @@
 
 The seam shared by the CLI and the tests is `run(manifests, options) -> Rehearsal`: manifests are
 parsed objects (see `load_manifests`), the result holds one outcome per workload (Job, RayJob,
-RayCluster) with its pods. The pod runtime is trainctl/rehearse/pods.py (namespaces, volumes, DNS)
+RayCluster) with its pods. The pod runtime is rehearse/pods.py (namespaces, volumes, DNS)
 with podinit.py inside each pod and network.py for addresses; the controllers are jobs.py (batch/v1)
 and kuberay.py (KubeRay v1.7.0).
 """
@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 import yaml
 
-from trainctl.rehearse.jobs import JobController
-from trainctl.rehearse.kuberay import RayClusterController, RayJobController, dashboard_dependency_error
-from trainctl.rehearse.network import Network, open_network
-from trainctl.rehearse.pods import Pod, PodSetupError, Runtime, accelerator_requests
+from rehearse.jobs import JobController
+from rehearse.kuberay import RayClusterController, RayJobController, dashboard_dependency_error
+from rehearse.network import Network, open_network
+from rehearse.pods import Pod, PodSetupError, Runtime, accelerator_requests
 
 WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster")
 HONOURED_KINDS = ("Service", "ConfigMap", "PersistentVolumeClaim")

@@ -49,8 +49,8 @@ from typing import Any
 
 import yaml
 
-from trainctl.rehearse.jobs import JobController
-from trainctl.rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, Runtime, random_suffix
+from rehearse.jobs import JobController
+from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, Runtime, random_suffix
 
 GCS_PORT = 6379
 DASHBOARD_PORT = 8265

@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainctl.rehearse.pods import Pod, PodPlan, Runtime, random_suffix
+from rehearse.pods import Pod, PodPlan, Runtime, random_suffix
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 UID_KEY = "batch.kubernetes.io/controller-uid"

@@ -1,0 +1,1 @@
+"""Thin `trainctl` subcommands: flags and output over a library (the emulator in `rehearse/`, the clients here)."""
