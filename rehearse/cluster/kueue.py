@@ -58,16 +58,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 ELASTIC_JOB_SCHEDULING_GATE = "kueue.x-k8s.io/elastic-job"
 CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 QUEUE_API = "kueue.x-k8s.io/v1beta2"
+P = TypeVar("P")
 FRAMEWORK_OF_KIND = {"Job": "batch/job", "RayJob": "ray.io/rayjob", "RayCluster": "ray.io/raycluster"}
 
 # apis/config/v1beta2/defaults.go
@@ -1272,3 +1273,167 @@ class TimeScale:
 
     def wall(self, cluster_seconds: float) -> float:
         return cluster_seconds / self.factor
+
+
+# ---------------------------------------------------------------------------------------------
+# The rehearsal's Admission seam (rehearse/seams.py): Kueue behind admit / pod_ready / pod_ended /
+# workload_finished / evictions, polled by the run loop on its clock.
+
+
+class _WorkloadRef(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def obj(self) -> dict[str, Any]: ...
+
+
+class _Plan(Protocol):
+    @property
+    def labels(self) -> dict[str, str]: ...
+
+
+class _Pod(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def phase(self) -> str: ...
+
+    @property
+    def plan(self) -> _Plan: ...
+
+
+class _Clock(Protocol):
+    def now(self) -> float: ...
+
+
+def pod_set_of(kind: str, pod_labels: Mapping[str, str]) -> str:
+    """The PodSet a pod of the job belongs to: a Job's pods are `main`; a Ray pod's is its
+    ray.io/node-type head or its ray.io/group (lower-cased, kueue.NewPodSetReference); a RayJob's
+    pod without a Ray node type is the submitter's."""
+    if kind == "Job":
+        return "main"
+    node_type = pod_labels.get("ray.io/node-type")
+    if node_type == "head":
+        return "head"
+    if node_type == "worker":
+        return pod_labels.get("ray.io/group", "").lower()
+    return "submitter"
+
+
+class KueueAdmission(Generic[P]):
+    """`Admission` (rehearse/seams.py) over a `Kueue`: cluster time is the run clock's elapsed time
+    times `time_scale.factor`; `pending` builds the seam's Pending(reason)."""
+
+    def __init__(self, kueue: Kueue, *, clock: _Clock, time_scale: TimeScale, pending: Callable[[str], P]) -> None:
+        self.kueue = kueue
+        self.clock = clock
+        self.time_scale = time_scale
+        self._pending = pending
+        self._start: float | None = None
+        self._managed: dict[str, bool] = {}
+        self._running: dict[str, dict[str, str]] = {}
+        """job -> running pod name -> its PodSet."""
+        self._succeeded: dict[str, set[str]] = {}
+        self._ray_ready: set[str] = set()
+        self._evicted: list[tuple[_WorkloadRef, str]] = []
+        self._refs: dict[str, _WorkloadRef] = {}
+
+    def cluster_now(self) -> float:
+        now = self.clock.now()
+        if self._start is None:
+            self._start = now
+        return self.time_scale.cluster(now - self._start)
+
+    def _take(self, events: list[Event]) -> None:
+        for event in events:
+            if event.kind in ("Evicted", "Deactivated") and event.job in self._refs:
+                self._evicted.append((self._refs[event.job], f"{event.reason}: {event.message}"))
+                self._running[event.job] = {}
+                self._succeeded[event.job] = set()
+                self._ray_ready.discard(event.job)
+
+    def admit(self, workload: _WorkloadRef) -> bool | P:
+        job = workload.key
+        now = self.cluster_now()
+        if job not in self._managed:
+            self._managed[job] = self.kueue.manages(workload.obj)
+            if self._managed[job]:
+                self._refs[job] = workload
+                self._running[job], self._succeeded[job] = {}, set()
+                self._take(self.kueue.submit(workload.obj, now))
+        if not self._managed[job]:
+            return True
+        self._take(self.kueue.advance(now))
+        if self.kueue.admitted_counts(job) is not None:
+            return True
+        return self._pending(self.pending_reason(job))
+
+    def pending_reason(self, job: str) -> str:
+        wl = self.kueue.workload(job)
+        if not wl.active:
+            evicted = wl.conditions[EVICTED]
+            return f"{evicted.reason}: {evicted.message}"
+        if wl.requeue_at is not None:
+            evicted = wl.conditions[EVICTED]
+            return f"requeued at {wl.requeue_at:.0f} s cluster time after {evicted.reason}: {evicted.message}"
+        reserved = wl.conditions.get(QUOTA_RESERVED)
+        return f"{reserved.reason}: {reserved.message}" if reserved is not None else REASON_PENDING
+
+    def _report(self, workload: _WorkloadRef) -> None:
+        job = workload.key
+        counts = self.kueue.admitted_counts(job)
+        if counts is None:
+            return
+        running = self._running[job]
+        if workload.kind == "Job":
+            ready = job_pods_ready(workload.obj, ready=len(running), succeeded=len(self._succeeded[job]))
+        else:
+            cluster = sum(n for name, n in counts.items() if name != "submitter")
+            if sum(1 for ps in running.values() if ps != "submitter") >= cluster:
+                self._ray_ready.add(job)  # KubeRay sets state ready once and keeps it
+            ready = job in self._ray_ready
+        self._take(self.kueue.pods_ready(job, ready, self.cluster_now()))
+
+    def pod_ready(self, workload: _WorkloadRef, pod: _Pod) -> None:
+        if not self._managed.get(workload.key):
+            return
+        self._running[workload.key][pod.name] = pod_set_of(workload.kind, pod.plan.labels)
+        self._report(workload)
+
+    def pod_ended(self, workload: _WorkloadRef, pod: _Pod) -> None:
+        if not self._managed.get(workload.key):
+            return
+        self._running[workload.key].pop(pod.name, None)
+        if pod.phase == "Succeeded":
+            self._succeeded[workload.key].add(pod.name)
+        self._report(workload)
+
+    def workload_finished(self, workload: _WorkloadRef, state: str) -> None:
+        """A Job's or RayJob's final state finishes its Workload; a RayCluster never finishes for
+        Kueue (RayCluster.Finished is always false): its quota stays held, as on a cluster."""
+        if not self._managed.get(workload.key) or workload.kind == "RayCluster":
+            return
+        succeeded = state in ("Complete", "Succeeded")
+        self._take(self.kueue.finished(workload.key, self.cluster_now(), succeeded=succeeded, message=state))
+
+    def evictions(self) -> list[tuple[_WorkloadRef, str]]:
+        self._take(self.kueue.advance(self.cluster_now()))
+        out, self._evicted = self._evicted, []
+        return out
+
+    def pod_set_admission(self, workload: _WorkloadRef, pod_labels: Mapping[str, str]) -> PodSetAdmission | None:
+        """The admitted flavors of the pod's PodSet: their nodeLabels join the pod's nodeSelector and
+        their tolerations its tolerations (podset.Merge), for the Placement seam to apply."""
+        if not self._managed.get(workload.key):
+            return None
+        wl = self.kueue.workload(workload.key)
+        admission = wl.admission or (wl.replaces.admission if wl.replaces is not None else None)
+        if admission is None:
+            return None
+        name = pod_set_of(workload.kind, pod_labels)
+        return next((ps for ps in admission.pod_sets if ps.name == name), None)

@@ -4,6 +4,7 @@ configuration, driven by events on a deterministic clock (cluster seconds)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ from k8s.queueing import queue_objects
 from rehearse.cluster.kueue import (
     Event,
     Kueue,
+    KueueAdmission,
     KueueConfig,
     KueueError,
     Queues,
@@ -29,6 +31,7 @@ from rehearse.cluster.kueue import (
     format_quantity,
     job_pods_ready,
     pod_requests,
+    pod_set_of,
     quantity_value,
     ray_cluster_pods_ready,
     ray_job_finished,
@@ -568,3 +571,101 @@ def test_time_never_goes_back() -> None:
     kueue.advance(10)
     with pytest.raises(KueueError, match="time went backwards"):
         kueue.advance(5)
+
+
+# -- the Admission seam the run loop polls (rehearse/seams.py)
+
+
+@dataclasses.dataclass
+class FakeClock:
+    t: float = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    kind: str
+    name: str
+    namespace: str
+    obj: dict[str, Any] = dataclasses.field(compare=False, hash=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    labels: dict[str, str]
+
+
+@dataclasses.dataclass
+class FakePod:
+    name: str
+    phase: str = "Running"
+    plan: Plan = dataclasses.field(default_factory=lambda: Plan({}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    reason: str
+
+
+def seam(env_name: str, clock: FakeClock, factor: float = 60) -> KueueAdmission[Waiting]:
+    return KueueAdmission(platform_kueue(env_name), clock=clock, time_scale=TimeScale(factor), pending=Waiting)
+
+
+def ref(obj: dict[str, Any]) -> Ref:
+    return Ref(obj["kind"], obj["metadata"]["name"], obj["metadata"]["namespace"], obj)
+
+
+def test_seam_admits_in_turn_and_times_out_on_the_scaled_clock() -> None:
+    clock = FakeClock()
+    admission = seam("dev", clock)
+    first, second = ref(gpu_job("first")), ref(gpu_job("second"))
+    assert admission.admit(first) is True
+    answer = admission.admit(second)
+    assert isinstance(answer, Waiting)
+    assert answer.reason.startswith("Pending: couldn't assign flavors to pod set main: ")
+    unlabelled = gpu_job("free")
+    del unlabelled["metadata"]["labels"]
+    assert admission.admit(ref(unlabelled)) is True  # not Kueue's
+    # One pod of two runs: not PodsReady; 20 wall seconds at 60x are Kueue's 20 minutes.
+    admission.pod_ready(first, FakePod("first-0"))
+    clock.t += 20
+    ((evicted, reason),) = admission.evictions()
+    assert evicted == first
+    assert reason == "PodsReadyTimeout: Exceeded the PodsReady timeout training/job-first"
+    assert admission.admit(second) is True  # the evicted one left the quota while in backoff
+    answer = admission.admit(first)
+    assert isinstance(answer, Waiting)
+    assert answer.reason.startswith("requeued at 1260 s cluster time after PodsReadyTimeout")
+
+
+def test_seam_counts_pods_ready_and_finishes_jobs_but_never_a_raycluster(dist: Path) -> None:
+    clock = FakeClock()
+    admission = seam("dev", clock)
+    job = ref(gpu_job("job"))
+    assert admission.admit(job) is True
+    admission.pod_ready(job, FakePod("job-0"))
+    admission.pod_ready(job, FakePod("job-1"))
+    assert admission.kueue.workload(job.key).pods_ready
+    admission.pod_ended(job, FakePod("job-0", phase="Succeeded"))
+    assert admission.kueue.workload(job.key).pods_ready  # ready + succeeded still cover the PodSet
+    admission.workload_finished(job, "Complete")
+    assert admission.kueue.workload(job.key).finished
+    cluster = ref(dist_objects(dist, "dev")["training"])
+    assert admission.admit(cluster) is True
+    head = FakePod("training-head", plan=Plan({"ray.io/node-type": "head", "ray.io/group": "headgroup"}))
+    admission.pod_ready(cluster, head)
+    assert admission.kueue.workload(cluster.key).pods_ready
+    admission.workload_finished(cluster, "Ready")
+    assert not admission.kueue.workload(cluster.key).finished  # RayCluster.Finished is always false
+    placed = admission.pod_set_admission(cluster, head.plan.labels)
+    assert placed is not None
+    assert placed.node_labels == dict(SYSTEM_NODE_SELECTOR)
+    worker_labels = {"ray.io/node-type": "worker", "ray.io/group": "g6"}
+    assert pod_set_of("RayCluster", worker_labels) == "g6"
+    assert pod_set_of("RayJob", {"job-name": "qwen-finetune"}) == "submitter"
