@@ -105,8 +105,13 @@ MSG_ADMITTED = "The workload is admitted"
 MSG_DEACTIVATED_LIMIT = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
 MSG_BACKOFF_FINISHED = "The workload backoff was finished"
 MSG_NAMESPACE_MISMATCH = "workload namespace doesn't match ClusterQueue selector"
-# raycluster/common.go ValidateCreate (the webhook's answer to an autoscaling RayCluster that is not elastic)
-MSG_AUTOSCALING_NOT_ELASTIC = "a kueue managed job should only use autoscaling when workload slicing is enabled"
+# The webhooks' answers to autoscaling without the elastic-job annotation: raycluster_webhook.go validateCreate
+# for a RayCluster, raycluster/common.go ValidateCreate (called by rayjob_webhook.go) for a RayJob.
+MSG_RAYCLUSTER_AUTOSCALING = (
+    "a kueue-managed RayCluster can use autoscaling only as an elastic job: enable the "
+    'ElasticJobsViaWorkloadSlices feature gate and set the "kueue.x-k8s.io/elastic-job": "true" annotation'
+)
+MSG_RAYJOB_AUTOSCALING = "a kueue managed job should only use autoscaling when workload slicing is enabled"
 
 # KubeRay v1.7.0 values Kueue compares against (ray-operator/apis/ray/v1).
 RAY_CLUSTER_READY = "ready"
@@ -518,7 +523,7 @@ def _ray_cluster_pod_sets(spec: Mapping[str, Any], annotations: Mapping[str, str
     sets = [head]
     for group in spec.get("workerGroupSpecs") or ():
         if group["groupName"] == "head":
-            raise RejectedError('workerGroupSpecs.groupName: "head" is reserved for the head group')
+            raise RejectedError('spec.workerGroupSpecs.groupName: Forbidden: "head" is reserved for the head group')
         replicas = group.get("replicas", 1)
         count = int(replicas) * max(int(group.get("numOfHosts", 1)), 1)
         sets.append(_pod_set(group["groupName"], count, group["template"]))
@@ -551,14 +556,16 @@ def workload_from_manifest(obj: Mapping[str, Any], config: KueueConfig) -> Workl
         pod_sets = [_pod_set("main", count, spec["template"])]
     elif kind == "RayCluster":
         if spec.get("enableInTreeAutoscaling") and not elastic:
-            raise RejectedError(f"spec.enableInTreeAutoscaling: {MSG_AUTOSCALING_NOT_ELASTIC}")
+            raise RejectedError(f"spec.enableInTreeAutoscaling: Invalid value: true: {MSG_RAYCLUSTER_AUTOSCALING}")
         pod_sets = _ray_cluster_pod_sets(spec, annotations)
     else:  # RayJob
         if spec.get("clusterSelector"):
             return None  # rayjob_controller.go Skip: a RayJob on an existing cluster is not managed
         cluster = spec["rayClusterSpec"]
         if cluster.get("enableInTreeAutoscaling") and not elastic:
-            raise RejectedError(f"spec.rayClusterSpec.enableInTreeAutoscaling: {MSG_AUTOSCALING_NOT_ELASTIC}")
+            raise RejectedError(
+                f"spec.rayClusterSpec.enableInTreeAutoscaling: Invalid value: true: {MSG_RAYJOB_AUTOSCALING}"
+            )
         pod_sets = _ray_cluster_pod_sets(cluster, annotations)
         mode = spec.get("submissionMode", "K8sJobMode")  # the RayJob CRD's default
         if mode == "K8sJobMode":
@@ -892,15 +899,20 @@ class Kueue:
     def manages(self, manifest: Mapping[str, Any]) -> bool:
         return workload_from_manifest(manifest, self.config) is not None
 
+    def _slices(self, job: str) -> list[Workload]:
+        if job not in self._jobs:
+            raise KueueError(f"{job} is not a workload Kueue admits (never submitted, deleted, or unlabelled)")
+        return self._jobs[job]
+
     def workload(self, job: str) -> Workload:
         """The job's current Workload (for an elastic job, the newest slice not finished)."""
-        slices = self._jobs[job]
+        slices = self._slices(job)
         live = [w for w in slices if not w.finished]
         return (live or slices)[-1]
 
     def admitted_counts(self, job: str) -> dict[str, int] | None:
         """Pods per PodSet the job may run now (ungated), or None while it is not admitted."""
-        admitted = [w for w in self._jobs[job] if w.admission is not None and not w.finished]
+        admitted = [w for w in self._slices(job) if w.admission is not None and not w.finished]
         if not admitted:
             return None
         assert admitted[-1].admission is not None
@@ -927,9 +939,10 @@ class Kueue:
 
     def pods_ready(self, job: str, ready: bool, now: float) -> list[Event]:
         """The job's PodsReady as Kueue reads it (see job_pods_ready, ray_cluster_pods_ready)."""
+        slices = self._slices(job)
         self._catch_up(now)
         self._job_ready[job] = ready
-        for wl in self._jobs[job]:
+        for wl in slices:
             if wl.admission is not None and not wl.finished:
                 self._sync_pods_ready(wl)
         self._schedule()
@@ -937,14 +950,16 @@ class Kueue:
 
     def finished(self, job: str, now: float, *, succeeded: bool, message: str = "") -> list[Event]:
         """The job finished (Job Complete/Failed; RayJob JobDeploymentStatus Complete/Failed): quota is released."""
+        slices = self._slices(job)
         self._catch_up(now)
-        for wl in self._jobs[job]:
+        for wl in slices:
             if not wl.finished:
                 self._finish(wl, REASON_SUCCEEDED if succeeded else REASON_FAILED, message)
         self._schedule()
         return self._drain()
 
     def delete(self, job: str, now: float) -> list[Event]:
+        self._slices(job)
         self._catch_up(now)
         for wl in self._jobs.pop(job):
             if self._blocked is wl:
@@ -981,9 +996,6 @@ class Kueue:
             if current.admission is not None:
                 current.admission = self._rescaled(current.admission, new_spec)
         else:
-            pending = [w for w in self._jobs[job] if w.pending and w is not current]
-            for stale in pending:
-                stale.finished = True
             replacement = self._new_workload(new_spec, slice_index=len(self._jobs[job]))
             replacement.replaces = current
             self._jobs[job].append(replacement)

@@ -241,8 +241,16 @@ def test_default_submitter_and_sidecar_mode_use_kuberays_defaults(dist: Path) ->
 def test_autoscaling_raycluster_that_is_not_elastic_is_rejected(dist: Path) -> None:
     cluster = copy.deepcopy(dist_objects(dist, "dev")["training"])
     del cluster["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"]
-    with pytest.raises(RejectedError, match="should only use autoscaling when workload slicing is enabled"):
+    with pytest.raises(
+        RejectedError,
+        match=r"spec.enableInTreeAutoscaling: Invalid value: true: a kueue-managed "
+        r"RayCluster can use autoscaling only as an elastic job",
+    ):
         workload_from_manifest(cluster, rendered_config("dev"))
+    rayjob = copy.deepcopy(dist_objects(dist, "dev")["qwen-finetune"])
+    rayjob["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+    with pytest.raises(RejectedError, match=r"should only use autoscaling when workload slicing is enabled"):
+        workload_from_manifest(rayjob, rendered_config("dev"))
 
 
 # -- flavors and quota
@@ -566,11 +574,13 @@ def test_time_scale_is_one_factor() -> None:
         TimeScale(0)
 
 
-def test_time_never_goes_back() -> None:
+def test_time_never_goes_back_and_unknown_jobs_are_named() -> None:
     kueue = platform_kueue("dev")
     kueue.advance(10)
     with pytest.raises(KueueError, match="time went backwards"):
         kueue.advance(5)
+    with pytest.raises(KueueError, match=r"Job/training/ghost is not a workload Kueue admits"):
+        kueue.pods_ready("Job/training/ghost", True, 20)
 
 
 # -- the Admission seam the run loop polls (rehearse/seams.py)
