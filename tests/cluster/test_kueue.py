@@ -123,9 +123,9 @@ def test_queues_are_the_rendered_objects(env_name: str) -> None:
         assert queue.strategy == "StrictFIFO"
         assert queue.namespaces == frozenset({"ray", "training"})
         assert [f.flavor for f in queue.groups[0].flavors] == ["system", f"gpu-{group.name}"]
-        assert queue.nominal(f"gpu-{group.name}", "nvidia.com/gpu") == 4 * group.scaling.max_size * (
-            2 if group.name == "p5" else 1
-        )
+        assert group.instance.gpu is not None
+        gpus = group.instance.gpu.count * group.scaling.max_size
+        assert queue.nominal(f"gpu-{group.name}", "nvidia.com/gpu") == gpus
         for namespace in ("ray", "training"):
             assert queues.local_queues[(namespace, group.name)] == f"gpu-{group.name}"
     assert queues.flavors["system"].node_labels == dict(SYSTEM_NODE_SELECTOR)
@@ -316,6 +316,46 @@ def test_strict_fifo_keeps_a_big_head_in_front() -> None:
     kueue.finished("Job/training/one", 10 * MIN, succeeded=True)
     assert kueue.admitted_counts("Job/training/two") == {"main": 2}
     assert kueue.admitted_counts("Job/training/small") is None
+
+
+def test_best_effort_fifo_lets_a_smaller_job_go_first() -> None:
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    next(o for o in objects if o["kind"] == "ClusterQueue")["spec"]["queueingStrategy"] = "BestEffortFIFO"
+    kueue = Kueue(Queues.from_objects(objects), rendered_config("dev"))
+    kueue.submit(gpu_job("one", pods=1), 0)
+    kueue.pods_ready("Job/training/one", True, MIN)
+    kueue.submit(gpu_job("two", pods=2), 2 * MIN)
+    kueue.submit(gpu_job("small", pods=1), 3 * MIN)
+    assert kueue.admitted_counts("Job/training/small") == {"main": 1}
+    assert kueue.admitted_counts("Job/training/two") is None
+
+
+def test_flavor_taints_and_node_affinity_are_checked_on_the_flavors_own_keys() -> None:
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    gpu = next(o for o in objects if o["kind"] == "ResourceFlavor" and o["metadata"]["name"] == "gpu-g6")
+    gpu["spec"]["nodeTaints"] = [{"key": "dedicated", "value": "training", "effect": "NoSchedule"}]
+    kueue = Kueue(Queues.from_objects(objects), rendered_config("dev"))
+    (pending,) = kueue.submit(gpu_job("untolerated", pods=1), 0)
+    assert pending.message == (
+        "couldn't assign flavors to pod set main: flavor system doesn't match node affinity, "
+        "untolerated taint dedicated=training:NoSchedule in flavor gpu-g6"
+    )
+    kueue = platform_kueue("dev")
+    job = gpu_job("affinity", pods=1)
+    spec = job["spec"]["template"]["spec"]
+    del spec["nodeSelector"]
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "role", "operator": "NotIn", "values": ["system"]}]},
+                ]
+            }
+        }
+    }
+    (admitted,) = [e for e in kueue.submit(job, 0) if e.kind == "Admitted"]
+    assert admitted.admission is not None
+    assert admitted.admission.pod_sets[0].flavors["nvidia.com/gpu"] == "gpu-g6"
 
 
 # -- waitForPodsReady
