@@ -477,6 +477,13 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
 
 def _pod_set(name: str, count: int, template: Mapping[str, Any], extra: Sequence[Mapping[str, Any]] = ()) -> PodSet:
     spec = dict(template.get("spec") or {})
+    if spec.get("priorityClassName"):
+        raise UnsupportedError(f"PodSet {name}: priorityClassName (workload priority and preemption)")
+    topology = [
+        a for a in (template.get("metadata") or {}).get("annotations") or {} if a.startswith("kueue.x-k8s.io/podset-")
+    ]
+    if topology:
+        raise UnsupportedError(f"PodSet {name}: {', '.join(sorted(topology))} (topology-aware scheduling)")
     if extra:
         spec["containers"] = [*(spec.get("containers") or ()), *extra]
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
@@ -551,8 +558,6 @@ def workload_from_manifest(obj: Mapping[str, Any], config: KueueConfig) -> Workl
         parallelism = int(spec.get("parallelism", 1))
         completions = spec.get("completions")
         count = min(parallelism, int(completions)) if completions is not None else parallelism
-        if (spec["template"].get("spec") or {}).get("priorityClassName"):
-            raise UnsupportedError(f"Job {name}: priorityClassName (workload priority)")
         pod_sets = [_pod_set("main", count, spec["template"])]
     elif kind == "RayCluster":
         if spec.get("enableInTreeAutoscaling") and not elastic:

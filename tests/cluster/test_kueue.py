@@ -131,6 +131,18 @@ def test_queues_are_the_rendered_objects(env_name: str) -> None:
     assert queues.flavors["system"].node_labels == dict(SYSTEM_NODE_SELECTOR)
 
 
+def test_workload_features_not_emulated_are_refused() -> None:
+    config = rendered_config("dev")
+    job = gpu_job("urgent")
+    job["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    with pytest.raises(UnsupportedError, match=r"PodSet main: priorityClassName"):
+        workload_from_manifest(job, config)
+    job = gpu_job("packed")
+    job["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": "zone"}}
+    with pytest.raises(UnsupportedError, match=r"podset-required-topology \(topology-aware scheduling\)"):
+        workload_from_manifest(job, config)
+
+
 def test_queue_features_not_emulated_are_refused() -> None:
     objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
     queue = next(o for o in objects if o["kind"] == "ClusterQueue")
@@ -266,6 +278,30 @@ def test_flavors_follow_the_pod_selectors(dist: Path) -> None:
     worker = event.admission.pod_sets[1]
     assert worker.node_labels == gpu_group_selector("g6")
     assert list(worker.tolerations) == [gpu_toleration()]
+
+
+def test_the_system_flavor_is_zone_blind_and_admits_both_ray_heads(dist: Path) -> None:
+    """Issue 21/22 #1, Kueue's half: the RayCluster head and the RayJob head both take the `system`
+    flavor, whose quota is the system nodes of every zone together; whether they fit the one system
+    node of the FSx zone is for the scheduler to find out."""
+    kueue = platform_kueue("dev")
+    objects = dist_objects(dist, "dev")
+    cluster, rayjob = objects["training"], objects["qwen-finetune"]
+    kueue.submit(cluster, 0)
+    (waiting,) = kueue.submit(rayjob, MIN)
+    assert waiting.reason == "Waiting"  # blockAdmission until the RayCluster's head runs
+    events = kueue.pods_ready(key(cluster), ray_cluster_pods_ready("ready"), 2 * MIN)
+    (admitted,) = [e for e in events if e.kind == "Admitted"]
+    assert admitted.job == key(rayjob)
+    heads = [kueue.workload(key(o)).admission for o in (cluster, rayjob)]
+    system_cpu = sum(a.usage().get(("system", "cpu"), 0) for a in heads if a is not None)
+    expected = sum(
+        ps.requests.get("cpu", 0) * ps.count
+        for o in (cluster, rayjob)
+        for ps in kueue.workload(key(o)).spec.pod_sets
+        if ps.name in ("head", "submitter")
+    )
+    assert system_cpu == expected
 
 
 def test_quota_exhausted_the_second_waits_then_is_admitted_when_the_first_finishes() -> None:
