@@ -864,7 +864,7 @@ class Workload:
     evicted_at: float | None = None
     active: bool = True
     finished: bool = False
-    replaces: Workload | None = None
+    replaces: Workload | None = field(default=None, repr=False)
     ever_admitted: bool = False
 
     def condition(self, kind: str) -> Condition | None:
@@ -922,6 +922,23 @@ class Kueue:
             return None
         assert admitted[-1].admission is not None
         return admitted[-1].admission.counts()
+
+    def blocked_by(self) -> list[str]:
+        """While blockAdmission holds the scheduler: the admitted workloads not yet PodsReady."""
+        if self._blocked is None:
+            return []
+        return [w.name for w in self._workloads() if w.admission is not None and not w.finished and not w.pods_ready]
+
+    def head_before(self, job: str) -> str | None:
+        """The head of a StrictFIFO ClusterQueue the job's pending Workload waits behind, in words."""
+        wl = self.workload(job)
+        name = self._queue_name(wl)
+        if not wl.pending or name is None or self.queues.cluster_queues[name].strategy != "StrictFIFO":
+            return None
+        queued = sorted((w for w in self._queued() if self._queue_name(w) == name), key=self._order_key)
+        if not queued or queued[0] is wl:
+            return None
+        return f"{queued[0].name} in StrictFIFO ClusterQueue {name}"
 
     def next_deadline(self) -> float | None:
         times = [t for t in (self._deadline(w) for w in self._workloads()) if t is not None]
@@ -1399,6 +1416,14 @@ class KueueAdmission(Generic[P]):
             evicted = wl.conditions[EVICTED]
             return f"requeued at {wl.requeue_at:.0f} s cluster time after {evicted.reason}: {evicted.message}"
         reserved = wl.conditions.get(QUOTA_RESERVED)
+        blocked = self.kueue.blocked_by()
+        if blocked and (reserved is None or reserved.reason != REASON_WAITING):
+            # Kueue's scheduler is parked in WaitForPodsReady: this workload is not even looked at.
+            return (
+                f"{REASON_PENDING}: not evaluated while blockAdmission waits for {', '.join(blocked)} to be PodsReady"
+            )
+        if reserved is None and (head := self.kueue.head_before(job)) is not None:
+            return f"{REASON_PENDING}: queued behind {head}"
         return f"{reserved.reason}: {reserved.message}" if reserved is not None else REASON_PENDING
 
     def _report(self, workload: _WorkloadRef) -> None:

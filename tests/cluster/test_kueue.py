@@ -407,8 +407,11 @@ def test_block_admission_holds_a_workload_in_another_cluster_queue() -> None:
         "Waiting",
         "waiting for all admitted workloads to be in PodsReady condition",
     )
+    assert kueue.blocked_by() == ["job-on-p5"]
+    assert kueue.submit(gpu_job("third", group="g6", pods=1), 2 * MIN) == []  # the scheduler is parked
     events = kueue.pods_ready(key(p5), True, 7 * MIN)
     assert kinds(events) == [(7, "on-p5", "PodsReady"), (7, "on-g6", "Admitted")]
+    assert kueue.blocked_by() == ["job-on-g6"]
 
 
 def test_timeout_evicts_requeues_with_backoff_then_deactivates() -> None:
@@ -715,6 +718,10 @@ def test_seam_admits_in_turn_and_times_out_on_the_scaled_clock() -> None:
     answer = admission.admit(second)
     assert isinstance(answer, Waiting)
     assert answer.reason.startswith("Pending: couldn't assign flavors to pod set main: ")
+    third = ref(gpu_job("third", pods=1))
+    answer = admission.admit(third)
+    assert isinstance(answer, Waiting)
+    assert answer.reason == "Pending: queued behind job-second in StrictFIFO ClusterQueue gpu-g6"
     unlabelled = gpu_job("free")
     del unlabelled["metadata"]["labels"]
     assert admission.admit(ref(unlabelled)) is True  # not Kueue's
@@ -755,3 +762,15 @@ def test_seam_counts_pods_ready_and_finishes_jobs_but_never_a_raycluster(dist: P
     worker_labels = {"ray.io/node-type": "worker", "ray.io/group": "g6"}
     assert pod_set_of("RayCluster", worker_labels) == "g6"
     assert pod_set_of("RayJob", {"job-name": "qwen-finetune"}) == "submitter"
+
+
+def test_seam_says_when_blockadmission_keeps_a_workload_from_being_looked_at() -> None:
+    admission = seam("prod", FakeClock())
+    p5, g6, other = ref(gpu_job("p5", group="p5")), ref(gpu_job("g6", group="g6")), ref(gpu_job("other", pods=1))
+    assert admission.admit(p5) is True
+    answer = admission.admit(g6)
+    assert isinstance(answer, Waiting)
+    assert answer.reason == "Waiting: waiting for all admitted workloads to be in PodsReady condition"
+    answer = admission.admit(other)
+    assert isinstance(answer, Waiting)
+    assert answer.reason == "Pending: not evaluated while blockAdmission waits for job-p5 to be PodsReady"
