@@ -25,12 +25,12 @@ kubernetes/kubernetes pkg/controller/job/job_controller.go, pod_failure_policy.g
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from rehearse.pods import Pod, PodPlan, Runtime, random_suffix
+from rehearse.controller import PodAPI
+from rehearse.pods import Pod, PodPlan, random_suffix
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 UID_KEY = "batch.kubernetes.io/controller-uid"
@@ -59,6 +59,8 @@ class JobController:
     failed: int = 0
     succeeded_indexes: set[int] = field(default_factory=set)
     succeeded: int = 0
+    notes: list[str] = field(default_factory=list)
+    long_lived: bool = False
     _not_before: float = 0.0
 
     def __post_init__(self) -> None:
@@ -87,9 +89,9 @@ class JobController:
     def active(self) -> list[Pod]:
         return [p for p in self.pods if p.running]
 
-    def start(self, runtime: Runtime) -> None:
-        self.started = time.monotonic()
-        self._fill(runtime)
+    def start(self, api: PodAPI) -> None:
+        self.started = api.now()
+        self._fill(api)
 
     def _plan(self, index: int | None) -> PodPlan:
         labels = {
@@ -136,11 +138,11 @@ class JobController:
             return [None] * room if self.succeeded == 0 else []
         return [None] * max(0, min(room, self.completions - self.succeeded - len(active)))
 
-    def _fill(self, runtime: Runtime) -> None:
-        if self.condition is not None or time.monotonic() < self._not_before:
+    def _fill(self, api: PodAPI) -> None:
+        if self.condition is not None or api.now() < self._not_before:
             return
         for index in self._wanted():
-            self.pods.append(runtime.start(self._plan(index)))
+            self.pods.append(api.start(self._plan(index)))
 
     def _match(self, pod: Pod) -> tuple[str, str] | None:
         """(action, message) of the first podFailurePolicy rule the failed pod matches."""
@@ -167,7 +169,7 @@ class JobController:
                         return rule["action"], f"Pod {pod.plan.namespace}/{pod.name} has condition {pattern['type']}"
         return None
 
-    def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
+    def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
         """Records the ended pod; replacements are made by the next `tick`, once every pod that ended
         in the same poll has been recorded."""
         if self.condition is not None or pod.deleted_by_controller:
@@ -176,28 +178,28 @@ class JobController:
             self.succeeded += 1
             if self.indexed:
                 self.succeeded_indexes.add(int(pod.plan.annotations[INDEX_KEY]))
-            self._check_complete(runtime)
+            self._check_complete(api)
             return
         match = self._match(pod)
         action = match[0] if match else "Count"
         if action == "FailJob":
             assert match is not None
-            self._fail(runtime, "PodFailurePolicy", match[1])
+            self._fail(api, "PodFailurePolicy", match[1])
             return
         if action == "Ignore":
             return
         self.failed += 1
-        self._check_backoff(runtime)
+        self._check_backoff(api)
         if self.condition is None:
             delay = min(self.backoff_base_s * 2 ** (self.failed - 1), BACKOFF_CAP_S)
-            self._not_before = time.monotonic() + delay
+            self._not_before = api.now() + delay
 
-    def _check_backoff(self, runtime: Runtime) -> None:
+    def _check_backoff(self, api: PodAPI) -> None:
         restarts = sum(p.restarts for p in self.pods) if self.restart_policy == "OnFailure" else 0
         if self.failed + restarts > self.backoff_limit:
-            self._fail(runtime, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            self._fail(api, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
 
-    def _check_complete(self, runtime: Runtime) -> None:
+    def _check_complete(self, api: PodAPI) -> None:
         if self.indexed:
             complete = len(self.succeeded_indexes) == self.completions
         elif self.completions is None:
@@ -206,29 +208,39 @@ class JobController:
             complete = self.succeeded >= self.completions
         if complete:
             self.condition = Condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")
-            self.finished = time.monotonic()
+            self.finished = api.now()
             for pod in self.active:
                 pod.deleted_by_controller = True
-                runtime.kill(pod)
+                api.kill(pod)
 
-    def _fail(self, runtime: Runtime, reason: str, message: str) -> None:
+    def _fail(self, api: PodAPI, reason: str, message: str) -> None:
         self.condition = Condition("Failed", reason, message)
-        self.finished = time.monotonic()
+        self.finished = api.now()
         for pod in self.active:
             pod.deleted_by_controller = True
-            runtime.kill(pod)
+            api.kill(pod)
 
-    def tick(self, runtime: Runtime) -> None:
+    def tick(self, api: PodAPI) -> None:
         if self.condition is not None:
             return
-        if self.deadline is not None and time.monotonic() - self.started > self.deadline:
-            self._fail(runtime, "DeadlineExceeded", "Job was active longer than specified deadline")
+        if self.deadline is not None and api.now() - self.started > self.deadline:
+            self._fail(api, "DeadlineExceeded", "Job was active longer than specified deadline")
             return
         if self.restart_policy == "OnFailure":
             for pod in self.active:
                 pod.refresh()
-            self._check_backoff(runtime)
-        self._fill(runtime)
+            self._check_backoff(api)
+        self._fill(api)
+
+    def suspend(self, api: PodAPI, reason: str) -> None:
+        # As for `suspend: true` (job_controller.go): active pods are deleted and not counted as failures;
+        # on resume (`start`) the Job's start time, and so activeDeadlineSeconds, starts again.
+        for pod in self.active:
+            pod.deleted_by_controller = True
+            api.kill(pod)
+
+    def stop(self, api: PodAPI, reason: str) -> None:
+        self.suspend(api, reason)
 
     def state(self) -> tuple[str, str]:
         if self.condition is None:
