@@ -34,8 +34,10 @@ from rehearse.seams import Clock, Pending, Placement, WorkloadRef
 class Backend(Protocol):
     """Where pods run: the process runtime (pods.Runtime) or the fake one (fake.FakeRuntime)."""
 
-    clock: Clock
     pods: dict[str, Pod]
+
+    @property
+    def clock(self) -> Clock: ...
 
     def create(self, plan: PodPlan) -> Pod: ...
 
