@@ -44,6 +44,12 @@ class Controller(Protocol):
     # A long-lived workload (a RayCluster, a bare Pod with restartPolicy Always) has no end of its own: the
     # loop stops it when the run ends (see loop.py).
     long_lived: bool
+    # status.conditions as the real controller writes them (empty where it writes none the report uses).
+    conditions: list[dict[str, str]]
+
+    def status_fields(self) -> dict[str, str]:
+        """The status fields the report shows (e.g. a Job's completedIndexes, a RayJob's jobStatus)."""
+        ...
 
     @property
     def done(self) -> bool: ...

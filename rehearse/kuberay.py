@@ -243,6 +243,7 @@ class RayClusterController:
     message: str = ""
     ready: bool = False
     long_lived: bool = True
+    conditions: list[dict[str, str]] = field(default_factory=list)
     _last_probe: float = 0.0
 
     def __post_init__(self) -> None:
@@ -300,6 +301,9 @@ class RayClusterController:
                 api.kill(pod)
         self.status = "Suspended"
 
+    def status_fields(self) -> dict[str, str]:
+        return {"state": "ready" if self.ready else ""}
+
     def stop(self, api: PodAPI, reason: str) -> None:
         if self.ready:
             self._end(api, "Ready", f"{self.message}; kept running until {reason}, then stopped")
@@ -323,6 +327,7 @@ class RayJobController:
     message: str = ""
     submitter: JobController | None = None
     long_lived: bool = False
+    conditions: list[dict[str, str]] = field(default_factory=list)
     # The other workloads of the run (clusterSelector picks a RayCluster among them).
     run_objects: list[dict[str, Any]] = field(default_factory=list)
 
@@ -454,6 +459,9 @@ class RayJobController:
 
     def stop(self, api: PodAPI, reason: str) -> None:
         self.suspend(api, reason)
+
+    def status_fields(self) -> dict[str, str]:
+        return {"jobDeploymentStatus": self.deployment_status, "jobStatus": self.job_status}
 
     def state(self) -> tuple[str, str]:
         return self.deployment_status, f"jobStatus {self.job_status}: {self.message}".strip()

@@ -50,6 +50,8 @@ class WorkloadOutcome:
     notes: list[str]
     # The uid the apiserver would give the object (Jobs; empty where the rehearsal models none).
     uid: str = ""
+    conditions: list[dict[str, str]] = field(default_factory=list)
+    status: dict[str, str] = field(default_factory=dict)
 
     @property
     def succeeded(self) -> bool:
@@ -95,6 +97,8 @@ class Rehearsal:
                     "uid": w.uid,
                     "state": w.state,
                     "message": w.message,
+                    "conditions": w.conditions,
+                    "status": w.status,
                     "wall_s": round(w.wall_s, 2),
                     "notes": w.notes,
                     "pods": [
@@ -164,6 +168,8 @@ def outcome(controller: Controller, now: float) -> WorkloadOutcome:
         pods=pods,
         notes=sorted(set(notes)),
         uid=str(getattr(controller, "uid", "")),
+        conditions=[dict(c) for c in controller.conditions],
+        status=controller.status_fields(),
     )
 
 
@@ -174,6 +180,8 @@ def format_table(rehearsal: Rehearsal) -> str:
     for w in rehearsal.workloads:
         out.append("")
         out.append(f"{w.kind}/{w.name} ({w.namespace}): {w.state} in {w.wall_s:.1f} s  {w.message}".rstrip())
+        if w.status:
+            out.append("  status: " + " ".join(f"{k}={v or '-'}" for k, v in w.status.items()))
         out += [f"  note: {n}" for n in w.notes]
         rows = [("POD", "ADDRESS", "EXIT CODES", "RESTARTS", "STATE", "WALL S", "IMAGE / NOT SATISFIED")]
         details: list[str] = []
