@@ -166,12 +166,6 @@ def test_skip_unsupported_with_nothing_left_to_run_exits_3_and_lists_skipped(
 @pytest.mark.parametrize(
     ("spec", "pod", "field"),
     [
-        (
-            "successPolicy:\n  rules: [{succeededIndexes: '0'}]\ncompletionMode: Indexed\ncompletions: 2",
-            "",
-            "spec.successPolicy",
-        ),
-        ("podReplacementPolicy: Failed", "", "spec.podReplacementPolicy"),
         ("suspend: true", "", "spec.suspend"),
         ("", "hostNetwork: true", "spec.template.spec.hostNetwork"),
         ("", "dnsPolicy: None\ndnsConfig: {nameservers: [1.1.1.1]}", "spec.template.spec.dnsPolicy"),
