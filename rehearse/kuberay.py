@@ -41,22 +41,23 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from rehearse.controller import PodAPI
+from rehearse.errors import RehearsalError
 from rehearse.jobs import JobController
-from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, Runtime, random_suffix
+from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, random_suffix
 
 GCS_PORT = 6379
 DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
 DASHBOARD_AGENT_LISTEN_PORT = 52365
 RAY_CONTAINER = 0
+CLUSTER_SELECTOR_KEY = "ray.io/cluster"  # utils/constant.go RayJobClusterSelectorKey
 TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 # What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
 SUBMITTER_BACKOFF_LIMIT = 2
@@ -225,29 +226,15 @@ def dashboard_dependency_error() -> str | None:
     )
 
 
-def dashboard_get(runtime: Runtime, head: Pod, path: str) -> dict[str, Any] | None:
-    """GET the head's dashboard API from inside the head pod's network namespace."""
-    url = f"http://{'127.0.0.1' if runtime.network.isolated else head.address}:{DASHBOARD_PORT}/{path}"
-    code = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
-    argv = [sys.executable, "-c", code]
-    if runtime.network.isolated:
-        argv = ["nsenter", f"--net=/proc/{head.process.pid}/ns/net", *argv]
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
-    except subprocess.TimeoutExpired:
-        return None
-    if result.returncode != 0:
-        return None
-    try:
-        data: dict[str, Any] = json.loads(result.stdout)
-    except json.JSONDecodeError:
-        return None
-    return data
-
-
 @dataclass
 class RayClusterController:
-    """A standalone RayCluster: brought up, Ready once every Ray node has joined the head, torn down."""
+    """A standalone RayCluster: brought up, Ready once every Ray node has joined the head, then kept running
+    until the run ends (loop.py: every finite workload done, or only clusters and each is Ready) or --timeout.
+
+    KubeRay v1.7.0 (ray-operator/controllers/ray/raycluster_controller.go) never deletes a RayCluster of its
+    own accord: it lives until it is deleted, so a Job of the same run may submit to it for as long as it runs.
+    Ready here is every Ray node ALIVE in the head's dashboard (KubeRay's state `ready`: all pods running and
+    ready, utils.CheckAllPodsRunning/calculateStatus), and, as in KubeRay, once Ready it stays Ready."""
 
     obj: dict[str, Any]
     kind: str = "RayCluster"
@@ -256,6 +243,9 @@ class RayClusterController:
     finished: float | None = None
     status: str = "Pending"
     message: str = ""
+    ready: bool = False
+    long_lived: bool = True
+    conditions: list[dict[str, str]] = field(default_factory=list)
     _last_probe: float = 0.0
 
     def __post_init__(self) -> None:
@@ -270,30 +260,57 @@ class RayClusterController:
     def done(self) -> bool:
         return self.finished is not None and not any(p.running for p in self.pods)
 
-    def start(self, runtime: Runtime) -> None:
-        self.started = time.monotonic()
-        self.pods = [runtime.start(plan) for plan in self.cluster.plans()]
+    @property
+    def head(self) -> Pod | None:
+        heads = [p for p in self.pods if p.plan.labels.get("ray.io/node-type") == "head" and p.running]
+        return heads[0] if heads else None
 
-    def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
+    def start(self, api: PodAPI) -> None:
+        self.started = api.now()
+        self.finished = None
+        self.status = "Pending" if not self.ready else self.status
+        self.pods += [api.start(plan) for plan in self.cluster.plans()]
+
+    def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
         if self.finished is None and not pod.deleted_by_controller:
-            self._end(runtime, "Failed", f"pod {pod.name} ended with exit codes {pod.exit_codes}")
+            self._end(api, "Failed", f"pod {pod.name} ended with exit codes {pod.exit_codes}")
 
-    def _end(self, runtime: Runtime, status: str, message: str) -> None:
-        self.status, self.message, self.finished = status, message, time.monotonic()
+    def _end(self, api: PodAPI, status: str, message: str) -> None:
+        self.status, self.message, self.finished = status, message, api.now()
         for pod in self.pods:
-            pod.deleted_by_controller = True
-            runtime.kill(pod)
+            if pod.running:
+                pod.deleted_by_controller = True
+                api.kill(pod)
 
-    def tick(self, runtime: Runtime) -> None:
-        if self.finished is not None or time.monotonic() - self._last_probe < 2:
+    def tick(self, api: PodAPI) -> None:
+        if self.ready or self.finished is not None or api.now() - self._last_probe < 2:
             return
-        self._last_probe = time.monotonic()
-        nodes = dashboard_get(runtime, self.pods[0], "nodes?view=summary")
+        self._last_probe = api.now()
+        head = self.head
+        nodes = api.dashboard_get(head, "nodes?view=summary") if head is not None else None
         if nodes is None:
             return
         alive = [n for n in nodes.get("data", {}).get("summary", []) if n.get("raylet", {}).get("state") == "ALIVE"]
-        if len(alive) == len(self.pods):
-            self._end(runtime, "Ready", f"{len(alive)} Ray nodes joined; torn down after the check")
+        if len(alive) == len([p for p in self.pods if p.running]):
+            self.ready = True
+            self.status = "Ready"
+            self.message = f"{len(alive)} Ray nodes joined at {api.now() - self.started:.1f} s"
+
+    def suspend(self, api: PodAPI, reason: str) -> None:
+        for pod in self.pods:
+            if pod.running:
+                pod.deleted_by_controller = True
+                api.kill(pod)
+        self.status = "Suspended"
+
+    def status_fields(self) -> dict[str, str]:
+        return {"state": "ready" if self.ready else ""}
+
+    def stop(self, api: PodAPI, reason: str) -> None:
+        if self.ready:
+            self._end(api, "Ready", f"{self.message}; kept running until {reason}, then stopped")
+        else:
+            self._end(api, "NotReady", f"not every Ray node had joined when {reason}")
 
     def state(self) -> tuple[str, str]:
         return self.status, self.message
@@ -311,32 +328,85 @@ class RayJobController:
     deployment_status: str = "Initializing"
     message: str = ""
     submitter: JobController | None = None
+    long_lived: bool = False
+    conditions: list[dict[str, str]] = field(default_factory=list)
+    # The other workloads of the run (clusterSelector picks a RayCluster among them).
+    run_objects: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         meta, spec = self.obj["metadata"], self.obj["spec"]
         self.name = meta["name"]
         self.namespace = meta.get("namespace", "default")
         self.spec = spec
+        mode = spec.get("submissionMode", "K8sJobMode")
+        if mode == "InteractiveMode":
+            raise RehearsalError(
+                f"RayJob/{self.name}: submissionMode InteractiveMode waits for a user to submit the Ray job "
+                "(KubeRay v1.7.0 rayjob_controller.go sets jobDeploymentStatus Waiting and submits nothing); the "
+                "rehearsal has no user to wait for. Rehearse it with submissionMode K8sJobMode and an entrypoint, "
+                "or as a RayCluster plus a Job that runs `ray job submit` against it"
+            )
+        if mode != "K8sJobMode":
+            raise RehearsalError(
+                f"RayJob/{self.name}: submissionMode {mode} is not emulated by the rehearsal (K8sJobMode is); "
+                "use K8sJobMode to rehearse the same entrypoint"
+            )
+        self.job_id = f"{self.name}-{random_suffix()}"
+        self.cluster_pods: list[Pod] = []
+        # clusterSelector: KubeRay uses the RayCluster named by the selector's ray.io/cluster value and never
+        # creates or deletes one (rayjob_controller.go initRayJobStatusIfNeed, RayJobClusterSelectorKey in
+        # utils/constant.go; "skipping resource deletion" for a terminal RayJob).
+        self.selected: RayClusterController | None = None
+        selector = spec.get("clusterSelector") or {}
+        if selector:
+            wanted = selector.get(CLUSTER_SELECTOR_KEY, "")
+            found = [
+                o
+                for o in self.run_objects
+                if o["kind"] == "RayCluster"
+                and o["metadata"]["name"] == wanted
+                and o["metadata"].get("namespace", "default") == self.namespace
+            ]
+            if not found:
+                raise RehearsalError(
+                    f"RayJob/{self.name}: clusterSelector {selector} names no RayCluster of this run "
+                    f"({CLUSTER_SELECTOR_KEY}={wanted or '<missing>'} in namespace {self.namespace}); KubeRay "
+                    "v1.7.0 would wait for that cluster forever. Give the RayCluster's manifest in the same files"
+                )
+            self.cluster = RayClusterPods(wanted, self.namespace, found[0]["spec"], f"RayCluster/{wanted}")
+            self.services: list[dict[str, Any]] = []
+            self.notes: list[str] = [f"runs on RayCluster/{wanted} of this run (clusterSelector)"]
+            return
         self.cluster = RayClusterPods(
             f"{self.name}-{random_suffix()}", self.namespace, spec["rayClusterSpec"], f"RayJob/{self.name}"
         )
-        self.job_id = f"{self.name}-{random_suffix()}"
         self.services = self.cluster.services()
         self.notes = self.cluster.notes
-        self.cluster_pods: list[Pod] = []
+
+    @property
+    def head(self) -> Pod | None:
+        if self.selected is not None:
+            return self.selected.head
+        return self.cluster_pods[0] if self.cluster_pods and self.cluster_pods[0].running else None
 
     @property
     def done(self) -> bool:
         return self.finished is not None and not any(p.running for p in self.pods)
 
-    def start(self, runtime: Runtime) -> None:
-        self.started = time.monotonic()
-        self.cluster_pods = [runtime.start(plan) for plan in self.cluster.plans()]
+    def start(self, api: PodAPI) -> None:
+        self.started = api.now()
+        if self.selected is not None:
+            # The submitter is made once the selected cluster is Ready (tick), as KubeRay waits for it.
+            return
+        self.cluster_pods = [api.start(plan) for plan in self.cluster.plans()]
         self.pods = list(self.cluster_pods)
+        self._submit(api)
+
+    def _submit(self, api: PodAPI) -> None:
         self.deployment_status = "Running"
         # Every cluster pod is running at once here, which is KubeRay's cue to create the submitter.
         self.submitter = JobController(self._submitter_job(), backoff_base_s=self.backoff_base_s)
-        self.submitter.start(runtime)
+        self.submitter.start(api)
         self.pods += self.submitter.pods
 
     def _submit_command(self) -> str:
@@ -385,51 +455,118 @@ class RayJobController:
             "spec": {"backoffLimit": backoff, "template": template},
         }
 
-    def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
+    def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
         if self.finished is not None or pod.deleted_by_controller:
             return
         assert self.submitter is not None
         if pod in self.cluster_pods:
             # Restarted in place under restartPolicy Always on a cluster; a head loss ends the job here.
-            self._finish(runtime, "Failed", f"Ray pod {pod.name} ended (exit codes {pod.exit_codes})")
+            self._finish(api, "Failed", f"Ray pod {pod.name} ended (exit codes {pod.exit_codes})")
             return
-        self.submitter.on_pod_end(runtime, pod)
+        self.submitter.on_pod_end(api, pod)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]
 
-    def _finish(self, runtime: Runtime, deployment: str, message: str) -> None:
-        self.deployment_status, self.message, self.finished = deployment, message, time.monotonic()
+    def _finish(self, api: PodAPI, deployment: str, message: str) -> None:
+        self.deployment_status, self.message, self.finished = deployment, message, api.now()
         if self.submitter is not None:
             for pod in self.submitter.active:
                 pod.deleted_by_controller = True
-                runtime.kill(pod)
-        if not self.spec.get("shutdownAfterJobFinishes", False):
-            self.notes.append("shutdownAfterJobFinishes is false: KubeRay would keep the cluster; torn down here")
+                api.kill(pod)
+        self.notes.append(cleanup_after_finish(self.spec, self.job_status, deployment))
         for pod in self.cluster_pods:
             pod.deleted_by_controller = True
-            runtime.kill(pod)
+            api.kill(pod)
 
-    def tick(self, runtime: Runtime) -> None:
+    def tick(self, api: PodAPI) -> None:
+        if self.finished is None and self.submitter is None and self.selected is not None:
+            if self.selected.done:
+                self._finish(api, "Failed", f"RayCluster/{self.selected.name} ended before the job was submitted")
+            elif self.selected.ready:
+                self._submit(api)
+            return
         if self.finished is not None or self.submitter is None:
             return
         deadline = self.spec.get("activeDeadlineSeconds")
-        if deadline is not None and time.monotonic() - self.started > deadline:
-            self._finish(runtime, "Failed", "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds")
+        if deadline is not None and api.now() - self.started > deadline:
+            self._finish(api, "Failed", "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds")
             return
-        self.submitter.tick(runtime)
+        self.submitter.tick(api)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]
         if not self.submitter.done:
             return
-        info = dashboard_get(runtime, self.cluster_pods[0], f"api/jobs/{self.job_id}")
+        head = self.head
+        info = api.dashboard_get(head, f"api/jobs/{self.job_id}") if head is not None else None
         if info is not None:
             self.job_status = str(info.get("status", "UNKNOWN"))
             self.message = str(info.get("message") or "")
         if self.job_status in TERMINAL_JOB_STATUSES:
             failed = self.job_status == "FAILED"
-            self._finish(runtime, "Failed" if failed else "Complete", self.message)
+            self._finish(api, "Failed" if failed else "Complete", self.message)
         else:
             condition = self.submitter.condition
             reason = f"{condition.reason}: {condition.message}" if condition else "submitter ended"
-            self._finish(runtime, "Failed", f"submitter Job {reason}; Ray job status {self.job_status}")
+            self._finish(api, "Failed", f"submitter Job {reason}; Ray job status {self.job_status}")
+
+    def suspend(self, api: PodAPI, reason: str) -> None:
+        for pod in self.pods:
+            if pod.running:
+                pod.deleted_by_controller = True
+                api.kill(pod)
+        self.deployment_status = "Suspended"
+
+    def stop(self, api: PodAPI, reason: str) -> None:
+        self.suspend(api, reason)
+
+    def status_fields(self) -> dict[str, str]:
+        return {"jobDeploymentStatus": self.deployment_status, "jobStatus": self.job_status}
 
     def state(self) -> tuple[str, str]:
         return self.deployment_status, f"jobStatus {self.job_status}: {self.message}".strip()
+
+
+# selectMostImpactfulRule (rayjob_controller.go): the order in which overdue deletion rules win.
+_IMPACT = {"DeleteSelf": 4, "DeleteCluster": 3, "DeleteWorkers": 2, "DeleteNone": 1}
+
+
+def cleanup_after_finish(spec: dict[str, Any], job_status: str, deployment_status: str) -> str:
+    """What KubeRay v1.7.0 does with a finished RayJob's cluster (rayjob_controller.go, the Complete/Failed
+    case of Reconcile): clusterSelector skips deletion; else deletionStrategy (feature RayJobDeletionPolicy,
+    on by default in v1.7.0: pkg/features/features.go), either `deletionRules` (handleDeletionRules: each rule
+    matching jobStatus or jobDeploymentStatus fires ttlSeconds after the end, the most impactful overdue one
+    first) or the legacy onSuccess/onFailure policy after ttlSecondsAfterFinished; else
+    shutdownAfterJobFinishes deletes the cluster after ttlSecondsAfterFinished; else it is kept.
+    The rehearsal itself always stops the cluster's pods when the RayJob ends; this says what the cluster does."""
+    ending = "the rehearsal stops the cluster's pods when the RayJob ends"
+    if spec.get("clusterSelector"):
+        return "clusterSelector: KubeRay never deletes the selected RayCluster; it keeps running after the job"
+    ttl = int(spec.get("ttlSecondsAfterFinished") or 0)
+    strategy = spec.get("deletionStrategy")
+    if strategy:
+        rules = strategy.get("deletionRules")
+        if rules is not None:
+            matched = []
+            for rule in rules:
+                condition = rule.get("condition") or {}
+                if "jobStatus" in condition:
+                    hit = condition["jobStatus"] == job_status
+                else:
+                    hit = condition.get("jobDeploymentStatus") == deployment_status
+                if hit:
+                    matched.append((int(condition.get("ttlSeconds") or 0), str(rule.get("policy"))))
+            if not matched:
+                return f"deletionStrategy: no deletionRule matches jobStatus {job_status}: KubeRay keeps it; {ending}"
+            steps = ", then ".join(
+                f"{policy} {seconds} s after the end"
+                for seconds, policy in sorted(matched, key=lambda m: (m[0], -_IMPACT.get(m[1], 0)))
+            )
+            return f"deletionStrategy rules for jobStatus {job_status}: KubeRay would {steps}; {ending}"
+        side = "onSuccess" if job_status == "SUCCEEDED" else "onFailure" if job_status == "FAILED" else None
+        if side is None:
+            return f"deletionStrategy: jobStatus {job_status} selects no policy: KubeRay keeps the cluster; {ending}"
+        policy = str((strategy.get(side) or {}).get("policy"))
+        if policy == "DeleteNone":
+            return f"deletionStrategy {side} DeleteNone: KubeRay keeps the cluster; {ending}"
+        return f"deletionStrategy {side} {policy}: KubeRay would apply it {ttl} s after the end; {ending}"
+    if spec.get("shutdownAfterJobFinishes"):
+        return f"shutdownAfterJobFinishes: KubeRay deletes the cluster {ttl} s after the end; {ending}"
+    return f"shutdownAfterJobFinishes is false: KubeRay keeps the cluster; {ending}"
