@@ -23,7 +23,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install synth synth-cdk synth-k8s check test lint typecheck fmt bench docs clean lock
+.PHONY: help install synth synth-cdk synth-k8s check test lint typecheck fmt bench docs clean lock gpu-bundle
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
@@ -95,6 +95,11 @@ bench: install
 docs: $(STAMP_PY)
 	command -v dot >/dev/null || { apt-get update && apt-get install -y graphviz; }
 	python scripts/architecture.py --png
+
+# The wheels scripts/gpu_smoke.sh needs on the lent GPU machine, which reaches no package index, downloaded here
+# into .gpu-bundle/ (git-ignored) with a manifest; fails if they and the tree would pass the 64 MiB a run carries.
+gpu-bundle: $(STAMP_PY)
+	python scripts/gpu_bundle.py build --dest .gpu-bundle
 
 lock: $(STAMP_PY)
 	{ echo "# Every transitive Python package, pinned (pip freeze of requirements-dev.txt). Regenerate with 'make lock'."; \

@@ -1,122 +1,174 @@
 #!/usr/bin/env bash
-# GPU smoke test for the first machine with an NVIDIA GPU (one is enough; it uses every GPU it sees). Under ten
-# minutes on one GPU, after the one-time install. It runs, each on CUDA with NCCL and bf16 compute:
-#   1. nvrx:   the NVRx FSDP loop (training.nvrx_fsdp under torchrun) with the NVRx async saver, and an exception
-#              injected at step 12 that NVRx's in-process restart must recover (resume from the last checkpoint);
-#   2. ray:    the Ray Train fine-tune (training.ray_finetune --use-gpu) on a local Ray cluster;
-#   3. fabric: the all-reduce probe (training.fabric_probe) over the GPUs (one GPU: bus bandwidth is 0 by
-#              definition; the run still proves NCCL initializes and the probe reports);
-# then prints one table of what it measured. A tiny Qwen2 model is built locally (tests/training/tiny.py): nothing
-# is downloaded but the pinned packages, which go into its own virtualenv (versions from requirements-dev.txt).
+# GPU smoke for the lent GPU machine, as it is: its own Python and torch, no package index. Needs the wheels of
+# `make gpu-bundle` (NVRx 0.4.1, Ray 2.58.0 and what the machine lacks of theirs) carried in .gpu-bundle/, which it
+# installs with pip --no-index --no-deps --target. A tiny Qwen2 model is built locally (tests/training/tiny.py).
+# In about 8 minutes on one GPU, each run on CUDA with NCCL and bf16 compute:
+#   nvrx-inprocess  ft_launcher (min-healthy restart policy, no launcher restarts) over training.nvrx_fsdp with the
+#                   NVRx async saver and an exception at step 12 that NVRx's in-process restart must recover;
+#   ft-sigkill      ft_launcher restarting the workers after a SIGKILL of the last rank at step 12;
+#   nvrx-sync       the same loop with synchronous saves and no fault: the sync save stall and step time;
+#   fabric          the all-reduce probe (training.fabric_probe; on one GPU bus bandwidth is 0 by definition);
+#   ray             the Ray Train fine-tune (training.ray_finetune --use-gpu), when Ray is carried;
+# then prints one table (recovery seconds per mechanism, async vs sync save stall, step time, tokens/s) and writes
+# it as JSON. docs/testing.md has the exact run command.
 #
-#   scripts/gpu_smoke.sh                   run (work files under /tmp/gpu-smoke, or $GPU_SMOKE_DIR)
-#   scripts/gpu_smoke.sh --print-commands  print the three commands, one per line, and exit
+#   scripts/gpu_smoke.sh [--json PATH]     run (default PATH: $GPU_SMOKE_DIR/gpu-smoke.json; logs: PATH's
+#                                          name with -logs.tar.gz)
+#   scripts/gpu_smoke.sh --print-commands  print each run as `name command...`, one per line, and exit
 #
-# Needs Python 3.12 or older for nvidia-resiliency-ext 0.4.1's wheels ($PYTHON, default python3.12).
+# GPU_SMOKE_PYTHON  the machine's Python (default /opt/torch/.venv/bin/python3)
+# GPU_SMOKE_BUNDLE  the carried wheels (default .gpu-bundle in the repository)
+# GPU_SMOKE_DIR     work files (default /tmp/gpu-smoke)
+# GPU_SMOKE_BUDGET_S  seconds for the whole script, runs cut or skipped to fit (default 500)
+# Refuses to start (exit 2), naming what is missing, without that Python, a CUDA GPU it sees, or the wheels.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+py=${GPU_SMOKE_PYTHON:-/opt/torch/.venv/bin/python3}
+bundle=${GPU_SMOKE_BUNDLE:-$root/.gpu-bundle}
 work=${GPU_SMOKE_DIR:-/tmp/gpu-smoke}
-venv=$work/venv
+site=$work/site
 model=$work/tiny-model
-gpus=1
-if command -v nvidia-smi >/dev/null 2>&1; then
-    gpus=$(nvidia-smi -L | grep -c '^GPU ' || true)
+json=$work/gpu-smoke.json
+mode=run
+while [ $# -gt 0 ]; do
+    case $1 in
+        --print-commands) mode=print ;;
+        --json) json=${2:?--json needs a path}; shift ;;
+        --json=*) json=${1#--json=} ;;
+        *) echo "gpu_smoke: unknown argument $1 (use --json PATH or --print-commands)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+# --- preflight: the machine's Python, a GPU its torch sees, the carried wheels ------------------------------------
+gpus=${GPU_SMOKE_GPUS:-1}
+missing=()
+if [ "$mode" = run ]; then
+    torch_json=$work/torch.json
+    mkdir -p "$work"
+    if [ ! -x "$py" ]; then
+        missing+=("the machine's Python: $py is not an executable (set GPU_SMOKE_PYTHON)")
+    elif ! "$py" -W ignore - "$torch_json" >"$work/torch.log" 2>"$work/torch.err" <<'PY'
+import json, sys
+import torch
+
+count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+info = {"python": sys.executable, "version": torch.__version__, "cuda": torch.version.cuda, "gpus": count,
+        "device": torch.cuda.get_device_name(0) if count else None, "torch_path": torch.__file__}
+with open(sys.argv[1], "w") as out:
+    json.dump(info, out)
+print(f"torch {info['version']} (CUDA {info['cuda']}) from {info['python']}: {count} GPU(s) {info['device'] or ''}")
+PY
+    then
+        missing+=("torch in $py: $(tail -n 1 "$work/torch.err")")
+    else
+        cat "$work/torch.log"
+        gpus=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["gpus"])' "$torch_json")
+        if [ "$gpus" -lt 1 ]; then
+            missing+=("a CUDA GPU: $(cat "$work/torch.log")")
+        fi
+    fi
+    shopt -s nullglob
+    wheels=("$bundle"/*.whl)
+    shopt -u nullglob
+    if [ ! -f "$bundle/manifest.json" ] || [ ${#wheels[@]} -eq 0 ]; then
+        missing+=("the carried wheels: no manifest.json and *.whl in $bundle (run 'make gpu-bundle' on a CPU machine and name .gpu-bundle in the run's carry)")
+    elif ! grep -q '"name": "nvidia-resiliency-ext"' "$bundle/manifest.json"; then
+        missing+=("nvidia-resiliency-ext in $bundle/manifest.json (rebuild with 'make gpu-bundle')")
+    fi
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "gpu_smoke: refusing to start; missing:" >&2
+        printf '  - %s\n' "${missing[@]}" >&2
+        exit 2
+    fi
 fi
-[ "$gpus" -ge 1 ] || gpus=1
+ray_carried=false
+if [ "$mode" = print ] || grep -q '"name": "ray"' "$bundle/manifest.json"; then
+    ray_carried=true
+fi
 
-nvrx_cmd=(torchrun --standalone "--nproc-per-node=$gpus" -m training.nvrx_fsdp
-    "--model=$model" --steps=20 --batch-size=2 --seq-len=128 --device=cuda
-    "--ckpt-dir=$work/nvrx" --ckpt-every=5 --ckpt-mode=async --ckpt-saver=nvrx
-    --inprocess --inprocess-max-iterations=3 --fault=exception --fault-step=12
-    "--metrics-file=$work/nvrx/metrics.json")
-ray_cmd=(python -m training.ray_finetune
-    "--model=$model" "--num-workers=$gpus" --use-gpu --steps=10 --batch-size=2 --seq-len=128
-    "--storage-path=$work/ray-results" "--output-json=$work/ray.json")
-fabric_cmd=(torchrun --standalone "--nproc-per-node=$gpus" -m training.fabric_probe
+# --- the runs -----------------------------------------------------------------------------------------------------
+batch=4
+seq=128
+ft=("$py" -m nvidia_resiliency_ext.fault_tolerance.launcher --standalone "--nproc-per-node=$gpus" --monitor-interval=1)
+loop=(-m training.nvrx_fsdp "--model=$model" --device=cuda --steps=20 "--batch-size=$batch" "--seq-len=$seq"
+    --ckpt-every=5 --log-every=5)
+# One array per run, named after it with '_' for '-' (bash names cannot hold '-').
+names=(nvrx-inprocess ft-sigkill nvrx-sync fabric ray)
+# In-process restart needs ft_launcher's min-healthy policy (NVRx 0.4.1 docs/source/fault_tolerance/integration/
+# inprocess.rst: any-failed "must not be used with inprocess"); --max-restarts=0: only the Wrapper may recover.
+nvrx_inprocess=("${ft[@]}" --max-restarts=0 --ft-restart-policy=min-healthy "${loop[@]}"
+    "--ckpt-dir=$work/inprocess" --ckpt-mode=async --ckpt-saver=nvrx --inprocess --inprocess-soft-timeout=30
+    --inprocess-hard-timeout=45 --inprocess-barrier-timeout=60 --inprocess-max-iterations=3
+    --fault=exception --fault-step=12 "--metrics-file=$work/inprocess/metrics.json")
+ft_sigkill=("${ft[@]}" --max-restarts=2 "${loop[@]}" "--ckpt-dir=$work/sigkill" --ckpt-mode=async --ckpt-saver=nvrx
+    --fault=kill --fault-step=12 "--fault-rank=$((gpus - 1))" "--metrics-file=$work/sigkill/metrics.json")
+nvrx_sync=("${ft[@]}" --max-restarts=0 "${loop[@]}" "--ckpt-dir=$work/sync" --ckpt-mode=sync
+    "--metrics-file=$work/sync/metrics.json")
+fabric=("$py" -m torch.distributed.run --standalone "--nproc-per-node=$gpus" -m training.fabric_probe
     --device=cuda --max-bytes=256M --iters=10 "--output-json=$work/fabric.json")
+ray=("$py" -m training.ray_finetune "--model=$model" "--num-workers=$gpus" --use-gpu --steps=10
+    "--batch-size=$batch" "--seq-len=$seq" "--storage-path=$work/ray-results" "--output-json=$work/ray.json")
+# Seconds each run may take, and the whole script (install and model included): a run is cut to what is left of
+# the budget, or skipped, so the table is printed before the run tool's own timeout (docs/testing.md: 560 s).
+declare -A limit=([nvrx-inprocess]=110 [ft-sigkill]=120 [nvrx-sync]=70 [fabric]=40 [ray]=110)
+budget=${GPU_SMOKE_BUDGET_S:-500}
 
-if [ "${1:-}" = "--print-commands" ]; then
-    printf '%q ' "${nvrx_cmd[@]}"
-    echo
-    printf '%q ' "${ray_cmd[@]}"
-    echo
-    printf '%q ' "${fabric_cmd[@]}"
-    echo
+if [ "$mode" = print ]; then
+    for name in "${names[@]}"; do
+        declare -n cmd="${name//-/_}"
+        printf '%s ' "$name"
+        printf '%q ' "${cmd[@]}"
+        echo
+        unset -n cmd
+    done
     exit 0
 fi
-
-set -e
 started=$SECONDS
-mkdir -p "$work"
-if [ ! -x "$venv/bin/python" ]; then
-    "${PYTHON:-python3.12}" -m venv "$venv"
-    mapfile -t pins < <(grep -E '^(torch|ray\[default,train\]|transformers|tokenizers|safetensors|numpy|nvidia-resiliency-ext)==' \
-        "$root/requirements-dev.txt")
-    "$venv/bin/python" -m pip install --quiet "${pins[@]}"
-fi
-export PATH=$venv/bin:$PATH PYTHONPATH=$root
+rm -rf "$site" "$model" "$work/inprocess" "$work/sigkill" "$work/sync" "$work/ray-results" "$work"/*.json.part \
+    "$work/fabric.json" "$work/ray.json" "$work/runs.tsv"
+echo "=== install: ${#wheels[@]} carried wheels from $bundle into $site"
+"$py" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+    --target "$site" "${wheels[@]}" || { echo "gpu_smoke: pip install of the carried wheels failed" >&2; exit 2; }
+export PYTHONPATH=$site:$root PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0 TORCH_CPP_LOG_LEVEL=ERROR
 cd "$root"
-rm -rf "$work/nvrx" "$work/ray-results" "$work/ray.json" "$work/fabric.json"
-python -c "import sys; from pathlib import Path; from tests.training.tiny import corpus_lines, save_tiny_model
-save_tiny_model(Path(sys.argv[1]), corpus_lines())" "$model"
-python -m training.nvrx_fsdp "${nvrx_cmd[@]:5}" --check-args
-set +e
+"$py" scripts/gpu_bundle.py check --manifest "$bundle/manifest.json" --site "$site" || exit 2
+"$py" -c "import sys; from pathlib import Path; from tests.training.tiny import corpus_lines, save_tiny_model
+save_tiny_model(Path(sys.argv[1]), corpus_lines())" "$model" || { echo "gpu_smoke: the tiny model failed" >&2; exit 1; }
+for cmd in nvrx_inprocess ft_sigkill nvrx_sync; do
+    declare -n argv=$cmd
+    # The loop's own arguments after ft_launcher's (from -m on), validated before any launcher starts.
+    for i in "${!argv[@]}"; do [ "${argv[$i]}" = -m ] && [ "${argv[$((i + 1))]}" = training.nvrx_fsdp ] && break; done
+    "$py" "${argv[@]:$i}" --check-args >/dev/null || { echo "gpu_smoke: $cmd's arguments were refused" >&2; exit 2; }
+    unset -n argv
+done
 
-declare -A status seconds
-run() {
-    local name=$1
-    shift
-    local begin=$SECONDS
-    echo "=== $name: $*"
-    timeout 240 "$@" 2>&1 | tail -n 40 | tee "$work/$name.log"
-    local rc=${PIPESTATUS[0]}
-    seconds[$name]=$((SECONDS - begin))
-    if [ "$rc" -eq 0 ]; then status[$name]=PASS; else status[$name]="FAIL (exit $rc)"; fi
-}
-run nvrx "${nvrx_cmd[@]}"
-run ray "${ray_cmd[@]}"
-run fabric "${fabric_cmd[@]}"
+: >"$work/runs.tsv"
+for name in "${names[@]}"; do
+    if [ "$name" = ray ] && [ "$ray_carried" != true ]; then
+        printf '%s\t%s\t%s\n' "$name" "SKIPPED: Ray not carried" 0 >>"$work/runs.tsv"
+        continue
+    fi
+    left=$((budget - (SECONDS - started)))
+    allowed=$((left < ${limit[$name]} ? left : ${limit[$name]}))
+    if [ "$allowed" -lt 15 ]; then
+        printf '%s\t%s\t%s\n' "$name" "SKIPPED: out of time" 0 >>"$work/runs.tsv"
+        continue
+    fi
+    declare -n cmd="${name//-/_}"
+    echo "=== $name (limit $allowed s): ${cmd[*]}"
+    begin=$SECONDS
+    timeout --kill-after=5 "$allowed" "${cmd[@]}" >"$work/$name.log" 2>&1
+    rc=$?
+    tail -n 8 "$work/$name.log"
+    if [ "$rc" -eq 0 ]; then result=PASS; else result="FAIL (exit $rc)"; fi
+    printf '%s\t%s\t%s\n' "$name" "$result" "$((SECONDS - begin))" >>"$work/runs.tsv"
+    unset -n cmd
+done
 
-python - "$work" "$gpus" "${status[nvrx]}" "${seconds[nvrx]}" "${status[ray]}" "${seconds[ray]}" \
-    "${status[fabric]}" "${seconds[fabric]}" "$((SECONDS - started))" <<'PY'
-import json, sys
-from pathlib import Path
-
-work, gpus = Path(sys.argv[1]), sys.argv[2]
-(nvrx_status, nvrx_s, ray_status, ray_s, fabric_status, fabric_s, total_s) = sys.argv[3:]
-
-def load(path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-def num(value, fmt):
-    return format(value, fmt) if isinstance(value, (int, float)) else "n/a"
-
-nvrx, ray, fabric = load(work / "nvrx/metrics.json"), load(work / "ray.json"), load(work / "fabric.json")
-steps = [s["seconds"] for s in nvrx.get("step_times", [])]
-median_step = sorted(steps)[len(steps) // 2] if steps else None
-stall = nvrx.get("save_stall_s", {})
-savers = sorted({s["saver"] for s in nvrx.get("saves", [])})
-recovery = (nvrx.get("recoveries") or [{}])[0]
-rows = [
-    ("nvrx", nvrx_status, nvrx_s,
-     f"median step {num(median_step, '.3f')} s; saver {','.join(savers) or 'n/a'}, median save stall "
-     f"{num(stall.get('median'), '.3f')} s; fault {recovery.get('fault', 'none')} at step {recovery.get('step', '-')}: "
-     f"{recovery.get('recovered_by', 'not recovered')} in {num(recovery.get('recovery_s'), '.1f')} s, "
-     f"resumed at {recovery.get('resumed_step', '-')}"),
-    ("ray", ray_status, ray_s,
-     f"{num(ray.get('metrics', {}).get('mean_tokens_per_s'), '.0f')} tokens/s, final loss "
-     f"{num(ray.get('metrics', {}).get('final_loss'), '.3f')}, checkpoint {ray.get('checkpoint_path') or 'none'}"),
-    ("fabric", fabric_status, fabric_s,
-     f"{fabric.get('world_size', 'n/a')} rank(s), backend {fabric.get('backend', 'n/a')}, peak bus bandwidth "
-     f"{num(fabric.get('peak_busbw_gbps'), '.1f')} GB/s"),
-]
-print(f"\nGPU smoke on {gpus} GPU(s), {total_s} s in all")
-print(f"{'step':<7} {'result':<14} {'seconds':>7}  measured")
-for name, status, secs, measured in rows:
-    print(f"{name:<7} {status:<14} {secs:>7}  {measured}")
-PY
-[ "${status[nvrx]}" = PASS ] && [ "${status[ray]}" = PASS ] && [ "${status[fabric]}" = PASS ]
+"$py" scripts/gpu_smoke_report.py "$work" --json "$json" --runs "$work/runs.tsv" --torch "$torch_json" \
+    --tokens-per-step "$((batch * seq * gpus))" --total-s "$((SECONDS - started))"
+tar -czf "${json%.json}-logs.tar.gz" -C "$work" --exclude=site --exclude=tiny-model --exclude='*.distcp' \
+    --exclude=ray-results . 2>/dev/null || true
+! grep -q FAIL "$work/runs.tsv"

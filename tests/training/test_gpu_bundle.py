@@ -1,0 +1,369 @@
+"""scripts/gpu_bundle.py: the wheels the GPU smoke carries to a machine that reaches no package index.
+
+Nothing here downloads. The build logic runs real `pip download` / `pip install` against small wheels made in the
+test (--no-index --find-links); the smoke's own closure is resolved from the committed manifest (each wheel's
+Requires-Dist as recorded from its METADATA) against the machine's recorded package list; the real bundle, when
+`make gpu-bundle` has left one in .gpu-bundle/, is checked file by file against that manifest (skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from tests.conftest import ROOT
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_bundle", ROOT / "scripts/gpu_bundle.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_bundle"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+gb = _load()
+REAL_BUNDLE = ROOT / ".gpu-bundle"
+COMMITTED: dict[str, Any] = json.loads(gb.COMMITTED_MANIFEST.read_text())
+
+
+def make_wheel(
+    directory: Path, name: str, version: str, requires: tuple[str, ...] = (), files: dict[str, bytes] | None = None
+) -> Path:
+    """A pure-Python wheel with METADATA, WHEEL and a RECORD that lists every file."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = directory / f"{dist}-py3-none-any.whl"
+    metadata_text = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nRequires-Python: >=3.10\n"
+    metadata_text += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    contents = {
+        f"{name.replace('-', '_')}/__init__.py": b"",
+        **(files or {}),
+        f"{dist}.dist-info/METADATA": metadata_text.encode(),
+        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for member in contents:
+        writer.writerow([member, "", ""])
+    writer.writerow([f"{dist}.dist-info/RECORD", "", ""])
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, data in contents.items():
+            archive.writestr(member, data)
+        archive.writestr(f"{dist}.dist-info/RECORD", record.getvalue())
+    return path
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Path:
+    """A local wheel folder: a root with an extra, a pinned dependency (a newer one beside it), a leaf, wheels
+    for other Pythons and platforms that must not be followed, and a requirement the machine meets."""
+    src = tmp_path / "index"
+    src.mkdir()
+    make_wheel(
+        src,
+        "smokefake-root",
+        "1.0",
+        (
+            "smokefake-dep>=2",
+            'smokefake-extra; extra == "x"',
+            'smokefake-unasked; extra == "y"',
+            'smokefake-old; python_version < "3.10"',
+            'smokefake-win; sys_platform == "win32"',
+            "torch>=2.3.0",
+            "smokefake-bounded>=2",
+        ),
+        {"smokefake_root/jars/big.bin": b"\0" * 50_000, "smokefake_root/core.py": b"X = 1\n"},
+    )
+    make_wheel(src, "smokefake-dep", "2.1", ("smokefake-leaf",))
+    make_wheel(src, "smokefake-dep", "3.0", ("smokefake-leaf",))
+    make_wheel(src, "smokefake-leaf", "1.0")
+    make_wheel(src, "smokefake-extra", "1.0", ("numpy",))
+    make_wheel(src, "smokefake-bounded", "2.5")
+    return src
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Path:
+    path = tmp_path / "machine.txt"
+    path.write_text("# recorded\ntorch 2.11.0+cu130\nnumpy\nsmokefake-bounded\n")
+    return path
+
+
+PINS = {
+    "smokefake-dep": Version("2.1"),
+    "smokefake-leaf": Version("1.0"),
+    "smokefake-extra": Version("1.0"),
+    "smokefake-bounded": Version("2.5"),
+}
+
+
+def build_local(dest: Path, index: Path, machine: Path, **kwargs: Any) -> dict[str, Any]:
+    result: dict[str, Any] = gb.build(
+        dest,
+        download=gb.pip_downloader(["--no-index", "--find-links", str(index)]),
+        roots=("smokefake-root[x]==1.0",),
+        machine_file=machine,
+        pins=PINS,
+        prune=kwargs.pop("prune", {}),
+        tree=kwargs.pop("tree", 1000),
+        log=lambda _: None,
+        **kwargs,
+    )
+    return result
+
+
+def test_build_follows_the_metadata_offline_and_carries_only_what_the_machine_lacks(
+    tmp_path: Path, index: Path, machine: Path
+) -> None:
+    dest = tmp_path / "bundle"
+    result = build_local(dest, index, machine)
+    carried = {(w["name"], w["version"]) for w in result["wheels"]}
+    # The pin (2.1), not the newest (3.0); extra x followed, extra y and the other platforms' lines not.
+    assert carried == {
+        ("smokefake-root", "1.0"),
+        ("smokefake-dep", "2.1"),
+        ("smokefake-leaf", "1.0"),
+        ("smokefake-extra", "1.0"),
+    }
+    assert sorted(p.name for p in dest.glob("*.whl")) == sorted(w["file"] for w in result["wheels"])
+    assert set(result["on_machine"]) == {"torch", "numpy", "smokefake-bounded"}
+    # smokefake-bounded>=2 is met by a machine package of unrecorded version: its pin waits in fallback/.
+    assert [(f["name"], f["version"], f["file"]) for f in result["fallback"]] == [
+        ("smokefake-bounded", "2.5", "fallback/smokefake_bounded-2.5-py3-none-any.whl")
+    ]
+    assert result["unverified"] == {}
+    by_name = {w["name"]: w for w in result["wheels"]}
+    assert by_name["smokefake-leaf"]["required_by"] == ["smokefake-dep"]
+    assert by_name["smokefake-root"]["extras"] == ["x"]
+    assert result["total_bytes"] == sum(p.stat().st_size for p in dest.glob("**/*.whl"))
+    assert json.loads((dest / gb.MANIFEST_NAME).read_text()) == result
+    assert gb.verify_bundle(dest, result) == []
+
+
+def test_a_machine_version_that_misses_a_requirement_is_reported(tmp_path: Path, index: Path) -> None:
+    old = tmp_path / "old.txt"
+    old.write_text("torch 2.1.0\nnumpy\nsmokefake-bounded\n")
+    # constraints pin no torch: the build stops and names the requirement and the machine's version.
+    with pytest.raises(gb.BundleError, match=r"torch>=2.3.0 \(by smokefake-root\), but the machine has 2.1.0"):
+        build_local(tmp_path / "bundle", index, old)
+
+
+def test_pruned_wheels_keep_a_matching_record_and_install_with_pip_target(
+    tmp_path: Path, index: Path, machine: Path
+) -> None:
+    dest = tmp_path / "bundle"
+    original = (index / "smokefake_root-1.0-py3-none-any.whl").read_bytes()
+    result = build_local(dest, index, machine, prune={"smokefake-root": ("smokefake_root/jars/",)})
+    root = next(w for w in result["wheels"] if w["name"] == "smokefake-root")
+    assert root["pruned"]["files"] == 1
+    assert root["pruned"]["source_size"] == len(original)
+    assert root["size"] < len(original) - 100  # 50 kB of zeros left out
+    with zipfile.ZipFile(dest / root["file"]) as archive:
+        names = archive.namelist()
+        record = archive.read("smokefake_root-1.0.dist-info/RECORD").decode()
+    assert "smokefake_root/jars/big.bin" not in names
+    assert "jars" not in record
+    assert "smokefake_root/core.py" in record
+    target = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target", str(target),
+         *map(str, sorted(dest.glob("*.whl")))],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (target / "smokefake_root/core.py").exists()
+    assert not (target / "smokefake_root/jars").exists()
+
+
+def test_a_bundle_over_the_limit_fails_saying_by_how_much(tmp_path: Path, index: Path, machine: Path) -> None:
+    with pytest.raises(gb.BundleError, match=r"of the 0\.0 MiB a run may carry: over by .* MiB\. Carry less"):
+        build_local(tmp_path / "bundle", index, machine, limit=2000)
+
+
+# --- the real smoke's bundle ------------------------------------------------------------------------------------
+
+
+def committed_wheels() -> dict[str, Any]:
+    return {w["name"]: gb.Wheel.from_manifest(w) for w in COMMITTED["wheels"]}
+
+
+def test_the_committed_manifest_is_exactly_the_closure_of_the_smokes_roots() -> None:
+    machine = gb.MachinePackages.read()
+    resolution = gb.resolve(gb.ROOTS, machine, committed_wheels())
+    assert resolution.missing == {}
+    assert set(resolution.carried) == {w["name"] for w in COMMITTED["wheels"]}  # nothing carried needlessly
+    assert not set(resolution.carried) & set(machine.versions)  # the machine lacks every carried package
+    assert COMMITTED["roots"] == list(gb.ROOTS)
+
+
+def test_the_roots_are_the_projects_pins() -> None:
+    requirements = (ROOT / "requirements-dev.txt").read_text()
+    assert "nvidia-resiliency-ext==0.4.1" in requirements.splitlines()
+    assert any(line.startswith("ray[") and line.endswith("]==2.58.0") for line in requirements.splitlines())
+    pins = gb.read_pins()
+    for wheel in COMMITTED["wheels"]:
+        assert pins[wheel["name"]] == Version(wheel["version"]), wheel["name"]
+
+
+def test_the_recorded_machine_list_has_the_documented_python_packages() -> None:
+    machine = gb.MachinePackages.read()
+    assert machine.versions["torch"] == Version("2.11.0+cu130")
+    assert machine.versions["transformers"] == Version("5.17.0")
+    for name in ("tokenizers", "safetensors", "numpy", "pyyaml", "accelerate", "packaging"):
+        assert name in machine.versions
+    assert "ray" not in machine.versions
+    assert "nvidia-resiliency-ext" not in machine.versions
+
+
+def test_bundle_and_tree_fit_in_one_run() -> None:
+    summary = gb.check_size(COMMITTED["total_bytes"], gb.tree_bytes())
+    assert "of the 64.0 MiB a run may carry" in summary
+    assert COMMITTED["total_bytes"] == sum(w["size"] for w in [*COMMITTED["wheels"], *COMMITTED["fallback"]])
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def smoke_third_party_imports() -> set[str]:
+    """Top-level third-party modules imported by what the smoke runs, following the project's own modules."""
+    entry = ["training/nvrx_fsdp.py", "training/ray_finetune.py", "training/fabric_probe.py", "tests/training/tiny.py",
+             "scripts/gpu_bundle.py", "scripts/gpu_smoke_report.py"]  # fmt: skip
+    seen: set[Path] = set()
+    pending = [ROOT / p for p in entry]
+    third_party = {"nvidia_resiliency_ext", "torch"}  # run as modules by the script: the launcher, torchrun
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _imports(path):
+            top = name.split(".")[0]
+            local = ROOT / (name.replace(".", "/") + ".py")
+            package = ROOT / name.replace(".", "/") / "__init__.py"
+            if local.exists() or package.exists():
+                pending.append(local if local.exists() else package)
+            elif (ROOT / top).is_dir():
+                continue  # a project package's __init__ with nothing more to follow
+            elif top not in sys.stdlib_module_names:
+                third_party.add(top)
+    return third_party
+
+
+def test_every_third_party_import_of_the_smoke_is_on_the_machine_or_carried() -> None:
+    distributions = metadata.packages_distributions()
+    machine = gb.MachinePackages.read()
+    carried = {w["name"] for w in COMMITTED["wheels"]}
+    unmet = {}
+    for module in sorted(smoke_third_party_imports()):
+        names = {canonicalize_name(d) for d in distributions.get(module, [])}
+        assert names, f"no installed distribution provides {module}"
+        if not names & (carried | set(machine.versions)):
+            unmet[module] = names
+    assert unmet == {}
+    assert {"ray", "nvidia_resiliency_ext", "transformers", "safetensors"} <= smoke_third_party_imports()
+
+
+def test_check_accepts_this_environment_and_names_what_is_missing(tmp_path: Path) -> None:
+    # This virtualenv is the project's lock, which the bundle's pins come from: the committed manifest's wheels
+    # and their requirements are all met here.
+    assert gb.check_installed(COMMITTED["wheels"]) == []
+    broken = {"wheels": [*COMMITTED["wheels"][:1], {**COMMITTED["wheels"][0], "name": "smokefake-absent"}]}
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(broken))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/gpu_bundle.py"), "check", "--manifest", str(manifest)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    version = COMMITTED["wheels"][0]["version"]
+    assert f"smokefake-absent {version} is carried but not importable" in done.stderr
+
+
+@pytest.mark.skipif(not (REAL_BUNDLE / gb.MANIFEST_NAME).exists(), reason="no .gpu-bundle: run make gpu-bundle")
+def test_the_real_bundle_is_the_committed_manifest_and_installs_for_the_machine(tmp_path: Path) -> None:
+    assert gb.verify_bundle(REAL_BUNDLE, COMMITTED) == []
+    real = gb.wheels_in(REAL_BUNDLE)
+    assert gb.resolve(gb.ROOTS, gb.MachinePackages.read(), real).missing == {}
+    with zipfile.ZipFile(REAL_BUNDLE / real["ray"].file) as archive:
+        assert archive.testzip() is None
+        assert not any(n.startswith("ray/jars/") for n in archive.namelist())
+    platforms = [arg for p in gb.PLATFORMS for arg in ("--platform", p)]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+         "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", *platforms,
+         "--target", str(tmp_path / "site"), *map(str, sorted(REAL_BUNDLE.glob("*.whl")))],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "site/ray/core/src/ray/raylet/raylet").stat().st_mode & 0o111
+
+
+def test_check_installs_a_fallback_only_where_the_machines_copy_is_too_old(tmp_path: Path, index: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    # What "the machine" has here: smokefake-bounded 1.0 (too old for the carried root's >=2) on a site folder.
+    make_wheel(src, "smokefake-bounded", "1.0")
+    make_wheel(src, "smokefake-carried", "1.0", ("smokefake-bounded>=2", "smokefake-leaf"))
+    make_wheel(src, "smokefake-leaf", "1.0")
+    machine_site, bundle_site = tmp_path / "machine-site", tmp_path / "site"
+    for target, wheels in (
+        (machine_site, ["smokefake_bounded-1.0", "smokefake_leaf-1.0"]),
+        (bundle_site, ["smokefake_carried-1.0"]),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target", str(target),
+             *(str(src / f"{w}-py3-none-any.whl") for w in wheels)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    bundle = tmp_path / "bundle"
+    (bundle / "fallback").mkdir(parents=True)
+    spare = index / "smokefake_bounded-2.5-py3-none-any.whl"
+    (bundle / "fallback" / spare.name).write_bytes(spare.read_bytes())
+    carried = gb.Wheel.read(src / "smokefake_carried-1.0-py3-none-any.whl")
+    entry = {"name": carried.name, "version": "1.0", "extras": [], "requires_dist": list(carried.requires_dist)}
+    (bundle / "manifest.json").write_text(
+        json.dumps({"wheels": [entry], "fallback": [{"name": "smokefake-bounded", "file": f"fallback/{spare.name}"}]})
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{bundle_site}:{machine_site}:{ROOT}"}
+    argv = [sys.executable, str(ROOT / "scripts/gpu_bundle.py"), "check", "--manifest", str(bundle / "manifest.json")]
+    without = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert without.returncode == 2
+    assert "smokefake-carried needs smokefake-bounded>=2: smokefake-bounded 1.0 is installed" in without.stderr
+    healed = subprocess.run([*argv, "--site", str(bundle_site)], env=env, capture_output=True, text=True, timeout=120)
+    assert healed.returncode == 0, healed.stderr
+    assert f"installing the fallback fallback/{spare.name}" in healed.stdout
+    assert (bundle_site / "smokefake_bounded-2.5.dist-info").is_dir()
+    assert not (bundle_site / "smokefake_leaf-1.0.dist-info").exists()  # only what was too old
+
+
+def test_the_committed_fallbacks_cover_the_bounded_requirements_of_unrecorded_versions() -> None:
+    machine = gb.MachinePackages.read()
+    resolution = gb.resolve(gb.ROOTS, machine, committed_wheels())
+    bounded = gb.bounded_unrecorded(resolution, machine)
+    assert bounded  # Ray and NVRx bound packages the record gives no version of
+    assert {f["name"] for f in COMMITTED["fallback"]} | set(COMMITTED["unverified"]) == set(bounded)
+    assert all(f["size"] <= gb.FALLBACK_MAX_BYTES for f in COMMITTED["fallback"])
