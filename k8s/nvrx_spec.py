@@ -128,7 +128,7 @@ class FtLauncherConfig:
     # included; join_timeout bounds the whole rendezvous. torchrun's c10d default read_timeout is 60 s (torch
     # c10d_rendezvous_backend.py), which a pod whose image pulled minutes before pod 0's exceeds on fresh p5 nodes
     # (the DLC is many GB and no layer is cached); ft_launcher 0.4.1 raises it to 600 s itself (launcher.py
-    # LaunchConfig) but the manifest says what it runs with. 900 s: the same bound as the pods' shared-dir wait.
+    # LaunchConfig) but the manifest says what it runs with. By then the pods' shared-dir check has seen every pod.
     rendezvous_read_timeout_s: int = 900
     rendezvous_join_timeout_s: int = 1200
     restart_policy: RestartPolicy = RestartPolicy.MIN_HEALTHY
@@ -206,8 +206,10 @@ class NvrxFsdpJob:
     # Pod replacements (node loss, a launcher that gave up) before the Job fails.
     backoff_limit: int = 2
     # How long each pod waits for the other pods' markers in the checkpoint directory (training/pod_checks.py):
-    # pods start as far apart as their image pulls finish, as for the rendezvous read timeout.
-    preconditions_timeout_s: int = 900
+    # pods start as far apart as their image pulls finish. Longer than Kueue's waitForPodsReady timeout (20 min,
+    # infra/addons/kueue.py), so a peer that cannot start (no node) gets the workload evicted and requeued by Kueue
+    # before this pod gives up; a pod that does give up on a missing peer exits 3, which no FailJob rule matches.
+    preconditions_timeout_s: int = 1500
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):

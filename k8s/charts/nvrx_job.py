@@ -90,7 +90,12 @@ class NvrxJobChart(cdk8s.Chart):
         checks = precondition_argv(
             lock=lock, image=NVRX_IMAGE, packages=[*image_packages(lock, NVRX_IMAGE, ("torch",)), *job.pip], group=group
         )
-        shared = SharedDirCheck(directory=job.checkpoint_dir, peers=self.nodes, timeout_s=job.preconditions_timeout_s)
+        shared = SharedDirCheck(
+            directory=job.checkpoint_dir,
+            peers=self.nodes,
+            timeout_s=job.preconditions_timeout_s,
+            peer_host=f"{job.name}-{{index}}.{job.name}",
+        )
         self.script = launch_script(
             job,
             launcher_argv=launcher,

@@ -218,7 +218,7 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
     assert lines[checks] == (
         "python -m training.pod_checks --python 3.12 --package torch==2.9.0 --package nvidia-resiliency-ext==0.4.1 "
         "--package transformers==5.23.0 --nccl-net-plugin ofi --efa-devices 32 --memlock unlimited "
-        "--shared-dir /checkpoints/nvrx-fsdp --peers 2 --shared-timeout 900 "
+        "--shared-dir /checkpoints/nvrx-fsdp --peers 2 --shared-timeout 1500 --peer-host 'nvrx-fsdp-{index}.nvrx-fsdp' "
         '--index "$JOB_COMPLETION_INDEX" --run-id "$JOB_UID"'
     )
     env = {e["name"]: e for e in _container(objects)["env"]}
@@ -231,6 +231,13 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
         "action": "FailJob",
         "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]},
     }
+    # Issue 22 #6: a peer that never appeared exits 3 (training/pod_checks.py PEERS_MISSING), which no rule makes
+    # permanent; and the wait outlasts Kueue's waitForPodsReady timeout, so Kueue requeues the gang first.
+    from infra.addons.kueue import KueueProps
+    from training.pod_checks import PEERS_MISSING
+
+    assert all(PEERS_MISSING not in r.get("onExitCodes", {}).get("values", []) for r in rules)
+    assert NvrxFsdpJob().preconditions_timeout_s > KueueProps().pods_ready_timeout_minutes * 60
 
 
 def _check_args(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
