@@ -26,7 +26,7 @@ from k8s.workloads import RayClusterConfig, RayFinetuneJob
 # A digest computed from content the test creates; the committed lock holds none.
 DIGEST = "sha256:" + hashlib.sha256(b"test manifest for ray-train").hexdigest()
 LOCK = ImageLock.load().with_digest("ray-train", DIGEST)
-PINNED = f"public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1@{DIGEST}"
+PINNED = f"public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0@{DIGEST}"
 
 
 @functools.cache
