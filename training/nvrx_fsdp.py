@@ -948,7 +948,33 @@ def run_inprocess(job: Job, plan: DevicePlan) -> None:
         train_once(job, plan, iteration=call_wrapper.iteration, base_store=base_store, call_wrapper=call_wrapper)
 
     wrapped: Callable[[], None] = wrapper(train_iteration)
-    wrapped()
+    try:
+        wrapped()
+    finally:
+        leave_together(base_store, rank=rank, world_size=world_size, timeout_s=job.inprocess.barrier_timeout_s)
+
+
+# Every rank counts itself out here once its Wrapper has returned (or raised).
+LEFT_KEY = "platform/left"
+
+
+def leave_together(store: Store, *, rank: int, world_size: int, timeout_s: float, poll_s: float = 0.05) -> None:
+    """Rank 0 hosts the NVRx Wrapper's TCPStore (and this one) and exits last.
+
+    NVRx 0.4.1's termination barrier (inprocess/store.py reentrant_barrier) still reads the store after the last
+    rank has arrived; when rank 0 returns first and its process exits, the store closes under ranks still reading
+    and they fail with "Connection was likely closed", which ft_launcher then counts as a failed worker group (seen
+    in the CPU rehearsal under load). So rank 0 waits until every rank has left its Wrapper, up to `timeout_s`."""
+    try:
+        store.add(LEFT_KEY, 1)
+        if rank != 0:
+            return
+        deadline = time.monotonic() + timeout_s
+        while store.add(LEFT_KEY, 0) < world_size and time.monotonic() < deadline:
+            time.sleep(poll_s)
+    except (RuntimeError, OSError):
+        # The store is gone (rank 0 died): nothing is left to protect.
+        return
 
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
