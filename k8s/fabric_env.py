@@ -14,8 +14,9 @@ from types import MappingProxyType
 
 from infra.spec.instances import InstanceType
 
-# aws-ofi-nccl registers its network as "Libfabric" from v1.11 and as "AWS Libfabric" before;
-# v1.11+ still accepts the old name, so it is the one value every plugin version matches.
+# aws-ofi-nccl named its network "AWS Libfabric" up to v1.11.0 and "Libfabric" after; later versions rename
+# themselves back when NCCL_NET says "AWS Libfabric" (src/nccl_ofi_interface_nvidia.c nvidia_plugin_name_fixup),
+# so the old name is the one value every plugin version matches.
 OFI_NETWORK_NAME = "AWS Libfabric"
 POD_INTERFACE = "eth0"
 

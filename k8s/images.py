@@ -22,6 +22,10 @@ LOCK_VERSION = 1
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+# The Ray Train DLC (aws.github.io/deep-learning-containers/ray changelog): train-ml-cuda, -v1 and -v1.1 move with
+# each rebuild, -v1.1.0 stays.
+RAY_DLC_REPOSITORY = "deep-learning-containers/ray"
+FROZEN_DLC_TAG = re.compile(r"-v\d+\.\d+\.\d+$")
 # registry/path:tag; the registry has a dot or a port, the tag no '@'.
 REFERENCE = re.compile(r"^(?P<repository>[a-z0-9.-]+(:\d+)?/[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
 
@@ -121,6 +125,12 @@ class LockedImage:
             raise ImageLockError(
                 f"images.{self.name}.reference={self.reference!r} is not a tag reference; "
                 "expected registry/repository:tag (the digest goes in 'digest')"
+            )
+        if self.repository.endswith(RAY_DLC_REPOSITORY) and not FROZEN_DLC_TAG.search(self.tag):
+            raise ImageLockError(
+                f"images.{self.name}.reference={self.reference!r} is a moving DLC tag: the Ray DLC moves its vX and "
+                "vX.Y tags on every security rebuild, so the runtime facts recorded here go stale; pin the frozen "
+                "vX.Y.Z tag (e.g. train-ml-cuda-v1.1.0)"
             )
         if self.digest is not None and not DIGEST.match(self.digest):
             raise ImageLockError(

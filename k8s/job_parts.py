@@ -82,6 +82,9 @@ class SharedDirCheck:
     peers: int
     # How long a pod waits for the others: pods start as far apart as their image pulls finish.
     timeout_s: int
+    # The peers' DNS names with {index} (an Indexed Job's `<job>-{index}.<subdomain>`): a peer whose name resolves
+    # but whose marker never shows proves the directory unshared (exit 2); one that never resolved is late (exit 3).
+    peer_host: str
 
 
 def precondition_script(argv: list[str], shared: SharedDirCheck | None = None) -> str:
@@ -89,7 +92,10 @@ def precondition_script(argv: list[str], shared: SharedDirCheck | None = None) -
     line = shlex.join(argv)
     if shared is not None:
         line += " " + shlex.join(
-            ["--shared-dir", shared.directory, "--peers", str(shared.peers), "--shared-timeout", str(shared.timeout_s)]
+            [
+                *("--shared-dir", shared.directory, "--peers", str(shared.peers)),
+                *("--shared-timeout", str(shared.timeout_s), "--peer-host", shared.peer_host),
+            ]
         )
         line += f' --index "$JOB_COMPLETION_INDEX" --run-id "${JOB_UID_ENV}"'
     return line

@@ -25,8 +25,12 @@ from k8s.ray_spec import CHECKPOINT_MOUNT, WorkloadError
 from k8s.workloads import require_pinned_packages
 
 RENDEZVOUS_PORT = 29500
-# The in-process Wrapper's own TCPStore (per-iteration PrefixStore), next to the rendezvous.
+# The store behind each in-process iteration's process group (training/nvrx_fsdp.py: a PrefixStore per iteration
+# over one TCPStore hosted by rank 0; --store-addr).
 INPROCESS_STORE_PORT = 29501
+# The NVRx Wrapper's own TCPStore (restart barriers, rank assignment): training/nvrx_fsdp.py build_wrapper puts it
+# at --store-addr's port + 1.
+WRAPPER_STORE_PORT = INPROCESS_STORE_PORT + 1
 # Parse and validate the training arguments, then exit: 0 valid, 2 not (training/nvrx_fsdp.py).
 CHECK_ARGS_FLAG = "--check-args"
 
@@ -37,8 +41,11 @@ class CheckpointMode(Enum):
 
 
 class RestartPolicy(Enum):
-    # Any failed rank restarts every worker of every node (the FSDP world is all or nothing).
+    # Any failed rank restarts every worker of every node. NVRx 0.4.1 does not allow it with in-process restart
+    # (docs/source/fault_tolerance/integration/inprocess.rst: "any-failed with inprocess (Not allowed)").
     ANY_FAILED = "any-failed"
+    # The launcher restarts only when fewer healthy worker groups (nodes) remain than --nnodes; in between, the
+    # in-process Wrapper recovers (launcher.py _invoke_run_with_min_healthy_policy). Required with --inprocess.
     MIN_HEALTHY = "min-healthy"
 
 
@@ -121,10 +128,10 @@ class FtLauncherConfig:
     # included; join_timeout bounds the whole rendezvous. torchrun's c10d default read_timeout is 60 s (torch
     # c10d_rendezvous_backend.py), which a pod whose image pulled minutes before pod 0's exceeds on fresh p5 nodes
     # (the DLC is many GB and no layer is cached); ft_launcher 0.4.1 raises it to 600 s itself (launcher.py
-    # LaunchConfig) but the manifest says what it runs with. 900 s: the same bound as the pods' shared-dir wait.
+    # LaunchConfig) but the manifest says what it runs with. By then the pods' shared-dir check has seen every pod.
     rendezvous_read_timeout_s: int = 900
     rendezvous_join_timeout_s: int = 1200
-    restart_policy: RestartPolicy = RestartPolicy.ANY_FAILED
+    restart_policy: RestartPolicy = RestartPolicy.MIN_HEALTHY
     rank_termination_signal: str = "SIGKILL"
     # The NIC monitor reads InfiniBand `link_downed` counters; EFA devices are not known to
     # expose them (unverified on p5), so it stays off rather than raising false alarms.
@@ -199,8 +206,10 @@ class NvrxFsdpJob:
     # Pod replacements (node loss, a launcher that gave up) before the Job fails.
     backoff_limit: int = 2
     # How long each pod waits for the other pods' markers in the checkpoint directory (training/pod_checks.py):
-    # pods start as far apart as their image pulls finish, as for the rendezvous read timeout.
-    preconditions_timeout_s: int = 900
+    # pods start as far apart as their image pulls finish. Longer than Kueue's waitForPodsReady timeout (20 min,
+    # infra/addons/kueue.py), so a peer that cannot start (no node) gets the workload evicted and requeued by Kueue
+    # before this pod gives up; a pod that does give up on a missing peer exits 3, which no FailJob rule matches.
+    preconditions_timeout_s: int = 1500
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -222,6 +231,13 @@ class NvrxFsdpJob:
                 f"nvrx.ft_launcher.rank_heartbeat_timeout_s={self.ft_launcher.rank_heartbeat_timeout_s} must exceed "
                 f"nvrx.inprocess.hard_timeout_s={self.inprocess.hard_timeout_s}: ft_launcher would kill a hung rank "
                 "before the in-process restart could handle it"
+            )
+        if self.inprocess.enabled and self.ft_launcher.restart_policy is not RestartPolicy.MIN_HEALTHY:
+            raise WorkloadError(
+                f"nvrx.ft_launcher.restart_policy={self.ft_launcher.restart_policy.value!r} with "
+                "nvrx.inprocess.enabled: NVRx 0.4.1 requires --ft-restart-policy=min-healthy with in-process restart "
+                "(any-failed makes ft_launcher restart ranks the Wrapper is recovering); use "
+                "RestartPolicy.MIN_HEALTHY or disable inprocess"
             )
         if not 10 <= self.preconditions_timeout_s <= 3600:
             raise WorkloadError(f"nvrx.preconditions_timeout_s={self.preconditions_timeout_s} must be 10 to 3600")

@@ -46,11 +46,13 @@ class RayFinetuneJob:
     # another version would replace it (and its tokenizers) under the image's other packages.
     pip: tuple[str, ...] = ()
     active_deadline_seconds: int = 6 * 3600
-    # With shutdownAfterJobFinishes, KubeRay deletes the job's RayCluster (and so releases its GPU nodes) this long
-    # after the job ends (KubeRay RayJob docs, ttlSecondsAfterFinished). Ten minutes: time to read the worker
-    # session logs (`trainctl logs --workers --fabric`) while the pods exist; an hour kept two p5.48xlarge idle.
-    # The driver log outlives the cluster in the submitter pod, and the weights are on the checkpoint claim.
-    ttl_seconds_after_finished: int = 600
+    # With shutdownAfterJobFinishes, KubeRay deletes the job's RayCluster this long after the job ends (KubeRay
+    # RayJob docs, ttlSecondsAfterFinished). Kueue v0.19.2 counts the RayJob Finished, and frees its quota, as soon
+    # as JobDeploymentStatus is Complete or Failed (pkg/controller/jobs/rayjob/rayjob_controller.go Finished), so
+    # for this long the cluster's GPU workers run outside any quota and a newly admitted workload cannot place its
+    # pods. At most a minute. The driver log (with the workers' NCCL lines, RAY_DEDUP_LOGS=0 and log_to_driver)
+    # outlives the cluster in the submitter pod (`kubectl logs -n ray job/<name>`); weights are on the claim.
+    ttl_seconds_after_finished: int = 60
     backoff_limit: int = 0
 
     def __post_init__(self) -> None:
@@ -60,8 +62,9 @@ class RayFinetuneJob:
         require_pinned_packages("ray_finetune.pip", self.pip)
         if self.active_deadline_seconds < 60:
             raise WorkloadError(f"ray_finetune.active_deadline_seconds={self.active_deadline_seconds} is below 60")
-        if not 0 <= self.ttl_seconds_after_finished <= 3600:
+        if not 0 <= self.ttl_seconds_after_finished <= 60:
             raise WorkloadError(
-                f"ray_finetune.ttl_seconds_after_finished={self.ttl_seconds_after_finished} must be 0 to 3600: "
-                "the job's GPU workers stay up that long after it ends"
+                f"ray_finetune.ttl_seconds_after_finished={self.ttl_seconds_after_finished} must be 0 to 60: Kueue "
+                "frees the job's quota when it finishes while its GPU workers stay up this long; read the driver log "
+                "from the submitter pod instead (kubectl logs -n ray job/<name>)"
             )

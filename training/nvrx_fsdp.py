@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import socket
 import statistics
 import sys
 import time
@@ -846,16 +847,75 @@ def train_once(
 # --- in-process restart ------------------------------------------------------------------------------------------
 
 
+class _NvrxBarrierStore:
+    """A Wrapper store whose `barrier` is NVRx's StoreMixin.barrier(ranks, group_name, rendezvous_count, timeout).
+
+    NVRx 0.4.1 declares `class TCPStore(torch.distributed.TCPStore, StoreMixin)` (and PrefixStore likewise), so
+    where torch's Store has a `barrier(key, world_size, timeout)` of its own (torch 2.13 does), it precedes the mixin's
+    and FilterCountGroupedByKey's keyword call fails with TypeError. Every other store method is the store's own."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def barrier(self, **kwargs: Any) -> None:
+        from nvidia_resiliency_ext.inprocess.store import StoreMixin
+
+        StoreMixin.barrier(self._store, **kwargs)
+
+
+def node_filter(**kwargs: Any) -> Any:
+    """NVRx's FilterCountGroupedByKey, run over a store whose barrier is NVRx's own (see _NvrxBarrierStore)."""
+    from nvidia_resiliency_ext.inprocess.rank_assignment import FilterCountGroupedByKey
+
+    class NodeFilter(FilterCountGroupedByKey):  # type: ignore[misc]
+        def __call__(self, ctx: Any) -> Any:
+            store = ctx.store
+            ctx.store = _NvrxBarrierStore(store)
+            try:
+                result = super().__call__(ctx)
+            finally:
+                ctx.store = store
+            result.store = store
+            return result
+
+    return NodeFilter(**kwargs)
+
+
+# The Wrapper's own TCPStore listens next to --store-addr's (k8s/nvrx_spec.py declares both on the pod and Service).
+WRAPPER_STORE_PORT_OFFSET = 1
+
+
 def build_wrapper(cfg: InprocessConfig, addr: StoreAddress, plan: DevicePlan) -> Any:
-    """NVRx inprocess.Wrapper; its internal TCPStore is hosted by rank 0 at addr's PORT+1."""
+    """NVRx inprocess.Wrapper; its internal TCPStore is hosted by rank 0 at addr's PORT + WRAPPER_STORE_PORT_OFFSET."""
     from nvidia_resiliency_ext import inprocess
 
     seconds = datetime.timedelta
     health_check = None
     if plan.device_type == "cuda":
         health_check = inprocess.health_check.CudaHealthCheck(timeout=seconds(seconds=cfg.soft_timeout_s))
+    # Node-level rank assignment (NVRx 0.4.1 docs/source/fault_tolerance/integration/inprocess.rst, with
+    # --ft-restart-policy=min-healthy): a node that lost any rank drops out whole, so the Wrapper and ft_launcher
+    # agree on what a healthy worker group is. Compose applies right to left: filter, shift, activate.
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    rank_assignment = inprocess.Compose(
+        inprocess.rank_assignment.ActivateAllRanks(),
+        inprocess.rank_assignment.ShiftRanks(),
+        node_filter(
+            key_or_fn=lambda _state: socket.gethostname(),
+            condition=lambda count: count == local_world_size,
+            timeout=seconds(seconds=cfg.barrier_timeout_s),
+        ),
+    )
     return inprocess.Wrapper(
-        store_kwargs={"host_name": addr.host, "port": addr.port + 1, "timeout": seconds(seconds=cfg.barrier_timeout_s)},
+        store_kwargs={
+            "host_name": addr.host,
+            "port": addr.port + WRAPPER_STORE_PORT_OFFSET,
+            "timeout": seconds(seconds=cfg.barrier_timeout_s),
+        },
+        rank_assignment=rank_assignment,
         initialize=inprocess.initialize.RetryController(max_iterations=cfg.max_iterations),
         health_check=health_check,
         soft_timeout=seconds(seconds=cfg.soft_timeout_s),
@@ -888,7 +948,33 @@ def run_inprocess(job: Job, plan: DevicePlan) -> None:
         train_once(job, plan, iteration=call_wrapper.iteration, base_store=base_store, call_wrapper=call_wrapper)
 
     wrapped: Callable[[], None] = wrapper(train_iteration)
-    wrapped()
+    try:
+        wrapped()
+    finally:
+        leave_together(base_store, rank=rank, world_size=world_size, timeout_s=job.inprocess.barrier_timeout_s)
+
+
+# Every rank counts itself out here once its Wrapper has returned (or raised).
+LEFT_KEY = "platform/left"
+
+
+def leave_together(store: Store, *, rank: int, world_size: int, timeout_s: float, poll_s: float = 0.05) -> None:
+    """Rank 0 hosts the NVRx Wrapper's TCPStore (and this one) and exits last.
+
+    NVRx 0.4.1's termination barrier (inprocess/store.py reentrant_barrier) still reads the store after the last
+    rank has arrived; when rank 0 returns first and its process exits, the store closes under ranks still reading
+    and they fail with "Connection was likely closed", which ft_launcher then counts as a failed worker group (seen
+    in the CPU rehearsal under load). So rank 0 waits until every rank has left its Wrapper, up to `timeout_s`."""
+    try:
+        store.add(LEFT_KEY, 1)
+        if rank != 0:
+            return
+        deadline = time.monotonic() + timeout_s
+        while store.add(LEFT_KEY, 0) < world_size and time.monotonic() < deadline:
+            time.sleep(poll_s)
+    except (RuntimeError, OSError):
+        # The store is gone (rank 0 died): nothing is left to protect.
+        return
 
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

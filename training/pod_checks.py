@@ -9,7 +9,9 @@ Each check prints one line, `ok   NAME: what was found` or `FAIL NAME: what was 
 
     0  every precondition holds
     2  a precondition does not hold (a Job's podFailurePolicy fails the Job on exit 2: retrying the same pod spec
-       on the same image cannot fix any of these)
+       on the same image cannot fix any of these), a shared directory included once it is proven not shared
+    3  only peers were missing: another pod of the job never appeared within --shared-timeout (a late image pull,
+       no node for it yet). Retrying can fix that, so no podFailurePolicy rule makes it permanent.
 
 Standard library only: it runs inside the training images before anything else is imported.
 """
@@ -31,6 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PRECONDITION_FAILED = 2
+PEERS_MISSING = 3
+# A peer whose name has resolved this long (its pod is running: a headless Service publishes ready pods only) while
+# its marker stays invisible proves the directory is not shared. Capped at half the wait for short test waits.
+PEER_RUNNING_PROOF_S = 120.0
 # training/rehearsal.py's switch, spelled here too: this module imports nothing beyond the standard library.
 REHEARSAL_ENV = "PLATFORM_REHEARSAL"
 REHEARSAL_CPU = "cpu"
@@ -50,6 +56,8 @@ class Result:
     detail: str
     fix: str = ""
     skipped: bool = False
+    # A failure that a later attempt of the same pod can pass (exit PEERS_MISSING instead of PRECONDITION_FAILED).
+    retryable: bool = False
 
     def line(self) -> str:
         if self.skipped:
@@ -181,31 +189,76 @@ def _markers(directory: Path) -> Iterator[int]:
             yield int(suffix)
 
 
+def resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return True
+
+
 def check_shared_dir(
-    directory: Path, *, peers: int, index: int, run_id: str, timeout_s: float, poll_s: float = 0.5
+    directory: Path,
+    *,
+    peers: int,
+    index: int,
+    run_id: str,
+    timeout_s: float,
+    poll_s: float = 0.5,
+    peer_host: str | None = None,
+    resolve: Callable[[str], bool] = resolves,
 ) -> Result:
     """Every pod of the job writes `pod-<index>` under DIR/.shared-check/<run id>/ and waits until it sees all
-    `peers` markers: only a directory every pod mounts (a shared claim) passes; a per-pod emptyDir shows one."""
+    `peers` markers: only a directory every pod mounts (a shared claim) passes; a per-pod emptyDir shows one.
+
+    A missing marker means either a peer that has not started yet or a directory that is not shared. With
+    `peer_host` (a DNS name with `{index}`, e.g. the Indexed Job's `job-{index}.job`), a peer whose name resolves
+    while its marker stays invisible proves the directory unshared; a peer whose name never resolved is retryable."""
     where = directory / ".shared-check" / run_id
     try:
         where.mkdir(parents=True, exist_ok=True)
         (where / f"pod-{index}").write_text(f"{socket.gethostname()} {time.time():.3f}\n", encoding="utf-8")
     except OSError as exc:
         return Result("shared dir", False, f"cannot write to {directory}: {exc}", "mount the checkpoint claim")
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
+    proof_s = min(PEER_RUNNING_PROOF_S, timeout_s / 2)
+    running_since: dict[int, float] = {}
     while True:
         seen = set(_markers(where))
         if len(seen) >= peers:
             return Result("shared dir", True, f"{directory} is seen by all {peers} pods")
-        if time.monotonic() >= deadline:
-            missing = sorted(set(range(peers)) - seen)
+        now = time.monotonic()
+        missing = sorted(set(range(peers)) - seen)
+        if peer_host is not None:
+            for peer in missing:
+                if peer not in running_since and resolve(peer_host.format(index=peer)):
+                    running_since[peer] = now
+        if now >= deadline:
+            proven = [peer for peer in missing if now - running_since.get(peer, now) >= proof_s]
+            if proven:
+                names = ", ".join(peer_host.format(index=peer) for peer in proven) if peer_host else ""
+                return Result(
+                    "shared dir",
+                    False,
+                    f"{directory} is not shared: after {timeout_s:.0f} s this pod sees the markers of pods "
+                    f"{sorted(seen)} but not {missing}, although pods {proven} are running ({names} resolve)",
+                    "put checkpoints on a ReadWriteMany claim that every pod mounts (FSx for Lustre), never a "
+                    "per-pod emptyDir or node disk",
+                )
             return Result(
                 "shared dir",
                 False,
-                f"{directory} is not shared: after {timeout_s:.0f} s this pod sees the markers of pods "
-                f"{sorted(seen)} but not {missing}",
-                "put checkpoints on a ReadWriteMany claim that every pod mounts (FSx for Lustre), never a per-pod "
-                "emptyDir or node disk",
+                f"pods {missing} never appeared: after {timeout_s:.0f} s this pod sees the markers of pods "
+                f"{sorted(seen)} and "
+                + (
+                    f"{', '.join(peer_host.format(index=peer) for peer in missing)} do not resolve"
+                    if peer_host
+                    else "cannot tell a late peer from an unshared directory (no --peer-host)"
+                ),
+                "a peer that starts late (image pull, no node yet) is retried; if it never starts, check the "
+                "Pending pods (kubectl describe pod) and the node group's size",
+                retryable=True,
             )
         time.sleep(poll_s)
 
@@ -227,6 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--index", type=int, default=0, help="this pod's index (with --shared-dir)")
     add("--run-id", default="", help="an id unique to this run of the job, e.g. the Job's uid (with --shared-dir)")
     add("--shared-timeout", type=float, default=600.0, metavar="S", help="how long to wait for the other pods")
+    add(
+        "--peer-host",
+        metavar="PATTERN",
+        help="the other pods' DNS name with {index} (e.g. job-{index}.job): tells a late peer from an unshared dir",
+    )
     return parser
 
 
@@ -256,6 +314,7 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
                 index=args.index,
                 run_id=args.run_id or "default",
                 timeout_s=args.shared_timeout,
+                peer_host=args.peer_host,
             )
         )
     return results
@@ -266,16 +325,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.shared_dir is not None and not (0 <= args.index < args.peers):
         parser.error(f"--index {args.index} must be in 0..{args.peers - 1} (--peers {args.peers})")
+    if args.peer_host is not None and "{index}" not in args.peer_host:
+        parser.error(f"--peer-host {args.peer_host!r} must contain {{index}}, e.g. job-{{index}}.job")
     try:
         results = run_checks(args)
     except ValueError as exc:
         parser.error(str(exc))
     for result in results:
         print(result.line(), flush=True)
-    failed = [r.name for r in results if not r.ok]
+    failed = [r for r in results if not r.ok]
     if failed:
-        print(f"pod preconditions failed: {', '.join(failed)}", file=sys.stderr, flush=True)
-        return PRECONDITION_FAILED
+        print(f"pod preconditions failed: {', '.join(r.name for r in failed)}", file=sys.stderr, flush=True)
+        return PEERS_MISSING if all(r.retryable for r in failed) else PRECONDITION_FAILED
     return 0
 
 

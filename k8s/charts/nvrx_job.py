@@ -27,7 +27,7 @@ from k8s.job_parts import (
     one_pod_per_node,
     precondition_script,
 )
-from k8s.nvrx_spec import INPROCESS_STORE_PORT, RENDEZVOUS_PORT, NvrxFsdpJob, launch_script
+from k8s.nvrx_spec import INPROCESS_STORE_PORT, RENDEZVOUS_PORT, WRAPPER_STORE_PORT, NvrxFsdpJob, launch_script
 from k8s.queueing import queue_labels
 from k8s.ray_spec import (
     CHECKPOINT_MOUNT,
@@ -47,6 +47,9 @@ NAMESPACE = TRAINING.name
 NVRX_IMAGE = "nvrx-train"
 # Exit code of training/nvrx_fsdp.py for bad arguments: retrying cannot help.
 EXIT_BAD_CONFIGURATION = 2
+# Every port the pods listen on (names at most 15 characters, IANA_SVC_NAME): the c10d rendezvous, the store
+# behind the in-process process groups, and the NVRx Wrapper's own store.
+PORTS = {"rendezvous": RENDEZVOUS_PORT, "inprocess-store": INPROCESS_STORE_PORT, "wrapper-store": WRAPPER_STORE_PORT}
 
 
 def job_nodes(job: NvrxFsdpJob, group: GpuNodeGroupConfig) -> int:
@@ -87,14 +90,19 @@ class NvrxJobChart(cdk8s.Chart):
         checks = precondition_argv(
             lock=lock, image=NVRX_IMAGE, packages=[*image_packages(lock, NVRX_IMAGE, ("torch",)), *job.pip], group=group
         )
-        shared = SharedDirCheck(directory=job.checkpoint_dir, peers=self.nodes, timeout_s=job.preconditions_timeout_s)
+        shared = SharedDirCheck(
+            directory=job.checkpoint_dir,
+            peers=self.nodes,
+            timeout_s=job.preconditions_timeout_s,
+            peer_host=f"{job.name}-{{index}}.{job.name}",
+        )
         self.script = launch_script(
             job,
             launcher_argv=launcher,
             training_argv=self.training_argv,
             preconditions=precondition_script(checks, shared),
         )
-        headless_service(self, job.name, {"rendezvous": RENDEZVOUS_PORT, "inprocess-store": INPROCESS_STORE_PORT})
+        headless_service(self, job.name, PORTS)
         self.spec = self._job_spec(environment, group, job, lock.pinned(NVRX_IMAGE))
         cdk8s.ApiObject(
             self,
@@ -133,10 +141,7 @@ class NvrxJobChart(cdk8s.Chart):
                         "command": ["/bin/bash", "-c", self.script],
                         "env": env,
                         "resources": parts.resources,
-                        "ports": [
-                            {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT},
-                            {"name": "inprocess-store", "containerPort": INPROCESS_STORE_PORT},
-                        ],
+                        "ports": [{"name": name, "containerPort": port} for name, port in PORTS.items()],
                         "volumeMounts": [*parts.mounts, checkpoint_mount()],
                         "securityContext": efa_container_security(),
                     }

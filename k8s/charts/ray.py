@@ -20,6 +20,7 @@ from k8s.ray_spec import (
     CODE_CONFIGMAP,
     NAMESPACE,
     RAY_IMAGE,
+    WorkloadError,
     checkpoint_claim,
     gpu_group,
     hardened_pod,
@@ -33,6 +34,17 @@ from k8s.workloads import RayClusterConfig, RayFinetuneJob
 RAY_STORAGE_PATH = f"{CHECKPOINT_MOUNT}/ray-results"
 
 TRAINING_PACKAGE = Path(__file__).resolve().parent.parent.parent / "training"
+
+
+# A ConfigMap's data cannot exceed 1 MiB (Kubernetes docs, ConfigMaps). Documented applies are server-side: a
+# client-side apply also copies the object into a last-applied annotation, limited to 256 KiB in total
+# (apimachinery pkg/api/validation/objectmeta.go TotalAnnotationSizeLimitB), which the code outgrows first.
+CONFIGMAP_DATA_LIMIT_BYTES = 1024 * 1024
+
+
+def configmap_data_bytes(data: dict[str, str]) -> int:
+    """The size the API server counts for a ConfigMap's data: keys and UTF-8 values."""
+    return sum(len(key.encode()) + len(value.encode()) for key, value in data.items())
 
 
 class TrainingCodeChart(cdk8s.Chart):
@@ -51,6 +63,14 @@ class TrainingCodeChart(cdk8s.Chart):
         files = {p.name: p.read_text() for p in sorted(package.glob("*.py"))}
         if "ray_finetune.py" not in files:
             raise FileNotFoundError(f"{package}/ray_finetune.py is missing: nothing to run")
+        size = configmap_data_bytes(files)
+        if size > CONFIGMAP_DATA_LIMIT_BYTES:
+            largest = ", ".join(sorted(files, key=lambda name: -len(files[name].encode()))[:3])
+            raise WorkloadError(
+                f"the training-code ConfigMap would hold {size} bytes of {package}/*.py, which exceeds the "
+                f"{CONFIGMAP_DATA_LIMIT_BYTES} bytes a ConfigMap may hold (largest: {largest}); split the code into "
+                "a second ConfigMap or bake it into the image"
+            )
         for namespace in namespaces:
             cdk8s.ApiObject(
                 self,

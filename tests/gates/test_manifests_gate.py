@@ -12,7 +12,7 @@ from gates import outputs
 from gates.manifests import check_objects
 
 DIGEST = "sha256:" + "ab" * 32
-IMAGE = f"public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1@{DIGEST}"
+IMAGE = f"public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0@{DIGEST}"
 RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "3", "memory": "12Gi"}}
 
 

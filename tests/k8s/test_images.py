@@ -13,7 +13,7 @@ from k8s.images import LOCK_PATH, ImageLock, ImageLockError, UnpinnedImagesError
 
 # A digest computed from content this test creates, never an invented one.
 DIGEST = "sha256:" + hashlib.sha256(b'{"schemaVersion":2,"test":"ray-train"}').hexdigest()
-REF = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+REF = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0"
 
 
 def _lock(**entry: object) -> ImageLock:
@@ -32,7 +32,7 @@ def test_pinned_reference_keeps_the_tag_and_adds_the_digest() -> None:
     lock = _lock(digest=DIGEST)
     assert lock.pinned("ray-train") == f"{REF}@{DIGEST}"
     assert lock.get("ray-train").repository == "public.ecr.aws/deep-learning-containers/ray"
-    assert lock.get("ray-train").tag == "train-ml-cuda-v1.1"
+    assert lock.get("ray-train").tag == "train-ml-cuda-v1.1.0"
 
 
 def test_unpinned_image_error_lists_each_image_and_both_remedies() -> None:
@@ -66,6 +66,28 @@ def test_unknown_image_names_the_image_and_the_fix() -> None:
 def test_tag_only_or_digest_references_are_refused(reference: str) -> None:
     with pytest.raises(ImageLockError, match=r"is not a tag reference"):
         _lock(reference=reference)
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1",
+        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda",
+    ],
+)
+def test_a_moving_dlc_tag_is_refused_naming_the_frozen_one(reference: str) -> None:
+    """The Ray DLC moves its vX and vX.Y tags on every security rebuild; vX.Y.Z stays (DLC release notes), so the
+    lock's runtime facts stay true only on a vX.Y.Z tag."""
+    with pytest.raises(ImageLockError, match=r"moving DLC tag.*vX\.Y\.Z"):
+        _lock(reference=reference)
+
+
+def test_the_committed_dlc_references_are_frozen_tags() -> None:
+    lock = ImageLock.load()
+    ray = [image for image in lock.images.values() if image.repository.endswith("deep-learning-containers/ray")]
+    assert ray
+    assert all(re.search(r"-v\d+\.\d+\.\d+$", image.tag) for image in ray), [i.reference for i in ray]
 
 
 @pytest.mark.parametrize("digest", ["sha256:abc", "md5:" + "a" * 64, "sha256:" + "G" * 64, "sha256:" + "A" * 64])

@@ -76,7 +76,7 @@ def test_module_entry_fails_loudly_with_both_remedies(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "workload manifests not written" in result.stderr
-    assert "ray-train: public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1 has no digest" in result.stderr
+    assert "ray-train: public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0 has no digest" in result.stderr
     assert "`trainctl pin`" in result.stderr
     assert "--set NAME=REF@sha256:<digest>" in result.stderr
 

@@ -22,10 +22,14 @@ from k8s.charts.nvrx_job import NVRX_IMAGE, NvrxJobChart
 from k8s.fabric_env import fabric_env
 from k8s.images import ImageLock
 from k8s.nvrx_spec import (
+    INPROCESS_STORE_PORT,
+    RENDEZVOUS_PORT,
+    WRAPPER_STORE_PORT,
     CheckpointPolicy,
     FtLauncherConfig,
     InProcessRestart,
     NvrxFsdpJob,
+    RestartPolicy,
 )
 from k8s.ray_spec import WorkloadError
 from tests.conftest import ROOT
@@ -72,7 +76,7 @@ def test_prod_renders_an_indexed_job_of_p5_pods_one_per_node(prod: Any) -> None:
     assert pod["subdomain"] == "nvrx-fsdp"
     service = objects["Service/nvrx-fsdp"]["spec"]
     assert service["clusterIP"] == "None"
-    assert {p["port"] for p in service["ports"]} == {29500, 29501}
+    assert {p["port"] for p in service["ports"]} == {29500, 29501, 29502}
 
 
 def test_each_pod_takes_the_whole_p5_from_the_instance_facts(prod: Any) -> None:
@@ -160,6 +164,9 @@ def test_launcher_command_is_accepted_by_the_real_ft_launcher_parser(prod: Any) 
     assert args.ft_rank_heartbeat_timeout == FtLauncherConfig().rank_heartbeat_timeout_s
     assert args.ft_initial_rank_heartbeat_timeout == FtLauncherConfig().initial_rank_heartbeat_timeout_s
     assert args.ft_enable_nic_monitor is False
+    # In-process restart is on in the emitted job, so the launcher must leave recovery to the Wrapper.
+    assert "--inprocess" in args.training_script_args
+    assert args.ft_restart_policy == "min-healthy"
     assert args.module is True
     assert args.training_script == "training.nvrx_fsdp"
     assert "--store-addr=nvrx-fsdp-0.nvrx-fsdp.training.svc:29501" in args.training_script_args
@@ -211,7 +218,7 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
     assert lines[checks] == (
         "python -m training.pod_checks --python 3.12 --package torch==2.9.0 --package nvidia-resiliency-ext==0.4.1 "
         "--package transformers==5.23.0 --nccl-net-plugin ofi --efa-devices 32 --memlock unlimited "
-        "--shared-dir /checkpoints/nvrx-fsdp --peers 2 --shared-timeout 900 "
+        "--shared-dir /checkpoints/nvrx-fsdp --peers 2 --shared-timeout 1500 --peer-host 'nvrx-fsdp-{index}.nvrx-fsdp' "
         '--index "$JOB_COMPLETION_INDEX" --run-id "$JOB_UID"'
     )
     env = {e["name"]: e for e in _container(objects)["env"]}
@@ -224,6 +231,13 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
         "action": "FailJob",
         "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]},
     }
+    # Issue 22 #6: a peer that never appeared exits 3 (training/pod_checks.py PEERS_MISSING), which no rule makes
+    # permanent; and the wait outlasts Kueue's waitForPodsReady timeout, so Kueue requeues the gang first.
+    from infra.addons.kueue import KueueProps
+    from training.pod_checks import PEERS_MISSING
+
+    assert all(PEERS_MISSING not in r.get("onExitCodes", {}).get("values", []) for r in rules)
+    assert NvrxFsdpJob().preconditions_timeout_s > KueueProps().pods_ready_timeout_minutes * 60
 
 
 def _check_args(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
@@ -284,6 +298,12 @@ def test_more_nodes_than_the_group_allows_is_refused_with_the_fix() -> None:
             r"rank_heartbeat_timeout_s=300 must exceed nvrx.inprocess.hard_timeout_s=360",
         ),
         (lambda: NvrxFsdpJob(preconditions_timeout_s=5), r"preconditions_timeout_s=5 must be 10 to 3600"),
+        # NVRx 0.4.1 inprocess.rst: any-failed with in-process restart is "Not allowed"; min-healthy is required.
+        (
+            lambda: NvrxFsdpJob(ft_launcher=FtLauncherConfig(restart_policy=RestartPolicy.ANY_FAILED)),
+            r"restart_policy=.any-failed. with nvrx.inprocess.enabled: "
+            r"NVRx 0.4.1 requires --ft-restart-policy=min-healthy",
+        ),
         (lambda: FtLauncherConfig(rank_termination_signal="SIGHUP"), r"SIGKILL or SIGTERM"),
         (lambda: NvrxFsdpJob(pip=("nvidia-resiliency-ext",)), r"not pinned"),
         (lambda: NvrxFsdpJob(name="NVRX"), r"nvrx.name='NVRX' must be lower-case"),
@@ -294,6 +314,27 @@ def test_more_nodes_than_the_group_allows_is_refused_with_the_fix() -> None:
 def test_bad_settings_are_refused_naming_the_field(make: Any, message: str) -> None:
     with pytest.raises(WorkloadError, match=message):
         make()
+
+
+def test_every_port_the_pods_listen_on_is_declared_on_the_service_and_the_container(prod: Any) -> None:
+    from training.nvrx_fsdp import WRAPPER_STORE_PORT_OFFSET
+
+    # rendezvous (c10d), the per-iteration process-group store (--store-addr) and the Wrapper's own store, which
+    # training/nvrx_fsdp.py puts at --store-addr's port + WRAPPER_STORE_PORT_OFFSET.
+    assert WRAPPER_STORE_PORT == INPROCESS_STORE_PORT + WRAPPER_STORE_PORT_OFFSET
+    expected = {RENDEZVOUS_PORT, INPROCESS_STORE_PORT, WRAPPER_STORE_PORT}
+    _, objects = prod
+    assert {p["port"] for p in objects["Service/nvrx-fsdp"]["spec"]["ports"]} == expected
+    assert {p["containerPort"] for p in _container(objects)["ports"]} == expected
+
+
+def test_without_inprocess_restart_any_failed_is_allowed() -> None:
+    job = NvrxFsdpJob(
+        inprocess=InProcessRestart(enabled=False), ft_launcher=FtLauncherConfig(restart_policy=RestartPolicy.ANY_FAILED)
+    )
+    assert "--ft-restart-policy=any-failed" in job.ft_launcher.argv(
+        nodes=2, gpus_per_node=8, rendezvous_host="h", rendezvous_id="r"
+    )
 
 
 def test_unknown_gpu_group_is_refused() -> None:

@@ -1,6 +1,7 @@
 """The NVRx Indexed Job (prod, g6 group: two pods of four ranks under ft_launcher, checkpoints on the
-shared claim) rehearsed through two faults: a rank SIGKILLed inside the training (ft_launcher restarts
-the workers, every rank resumes from the last committed checkpoint), and pod 1 killed as a node loss
+shared claim) rehearsed through two faults: a rank SIGKILLed inside the training (with min-healthy, the
+policy in-process restart requires, its node's group is no longer healthy, so ft_launcher restarts the
+workers and every rank resumes from the last committed checkpoint), and pod 1 killed as a node loss
 (`--kill`: DisruptionTarget, the Job's Ignore rule replaces the pod without counting, the new pod
 joins the rendezvous and the job resumes on the claim). Both must reach Complete."""
 
@@ -57,9 +58,13 @@ def test_a_sigkilled_rank_is_restarted_by_ft_launcher_from_the_last_committed_ch
     result = rehearse(tmp_path, nvrx_manifests("prod", job, lock), tiny_model)
     completed(result)
     nvrx = result.workload("nvrx-fsdp")
-    # ft_launcher restarted the workers inside the pods: no pod was replaced.
+    # ft_launcher restarted the workers inside the pods: no pod was replaced. With in-process restart the policy is
+    # min-healthy (NVRx 0.4.1 inprocess.rst): pod 1's group lost a rank, so fewer healthy groups than --nnodes
+    # remain and every launcher restarts its workers (launcher.py _invoke_run_with_min_healthy_policy).
     assert [(p.hostname, p.phase) for p in nvrx.pods] == [("nvrx-fsdp-0", "Succeeded"), ("nvrx-fsdp-1", "Succeeded")]
-    assert "will restart worker group" in nvrx.pod("nvrx-fsdp-1").log()
+    for pod in nvrx.pods:
+        assert "restart attempts left; restarting worker group" in pod.log(), pod.name
+    assert "detected that the run ended successfuly" in nvrx.pod("nvrx-fsdp-0").log()
     report = metrics(tmp_path)
     assert report["restarts"]["torchelastic"] == 1
     (recovery,) = report["recoveries"]

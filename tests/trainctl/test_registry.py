@@ -297,7 +297,7 @@ def test_every_error_is_a_registry_error() -> None:
         ("docker.io/ubuntu:22.04", "registry-1.docker.io", "library/ubuntu"),
         ("index.docker.io/rayproject/ray:2.9.0", "registry-1.docker.io", "rayproject/ray"),
         (
-            "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
+            "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0",
             "public.ecr.aws",
             "deep-learning-containers/ray",
         ),

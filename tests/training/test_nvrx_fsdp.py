@@ -280,3 +280,36 @@ def test_job_defaults_match_the_documented_contract(tmp_path: Path) -> None:
         120,
     )
     assert parse_job(["--ckpt-dir", str(tmp_path)]).model == "Qwen/Qwen2.5-1.5B"
+
+
+def test_rank_0_leaves_last_so_its_stores_outlive_every_ranks_wrapper_shutdown() -> None:
+    """Rank 0 hosts the NVRx Wrapper's TCPStore; when it exited first, ranks still in the Wrapper's termination
+    barrier failed with 'Connection was likely closed' (seen in the NVRx rehearsals with min-healthy)."""
+    import datetime
+    import threading
+    import time
+
+    from torch._C._distributed_c10d import TCPStore
+
+    from training.nvrx_fsdp import leave_together
+
+    timeout = datetime.timedelta(seconds=10)
+    host = TCPStore("127.0.0.1", 0, 3, is_master=True, timeout=timeout, wait_for_workers=False, multi_tenant=True)
+    peers = [TCPStore("127.0.0.1", host.port, 3, is_master=False, timeout=timeout) for _ in range(2)]
+    started = time.monotonic()
+
+    def late_rank() -> None:
+        time.sleep(0.5)
+        leave_together(peers[0], rank=1, world_size=3, timeout_s=10)
+
+    late = threading.Thread(target=late_rank)
+    late.start()
+    leave_together(peers[1], rank=2, world_size=3, timeout_s=10)
+    assert time.monotonic() - started < 0.4  # a rank other than 0 never waits
+    leave_together(host, rank=0, world_size=3, timeout_s=10)
+    assert time.monotonic() - started >= 0.5  # rank 0 left only after the late rank
+    late.join()
+    # A rank that never leaves (it died) holds rank 0 only until the timeout.
+    started = time.monotonic()
+    leave_together(host, rank=0, world_size=10, timeout_s=0.3)
+    assert 0.3 <= time.monotonic() - started < 5

@@ -121,7 +121,8 @@ def test_a_cpu_rehearsal_skips_the_image_and_device_checks_but_not_the_shared_di
         "skip memlock",
         "FAIL shared dir",
     ]
-    assert result.returncode == 2
+    # Only the peer is missing, and without --peer-host nothing proves the directory unshared: retryable.
+    assert result.returncode == 3
 
 
 def test_shared_dir_seen_by_every_pod_passes(tmp_path: Path) -> None:
@@ -153,14 +154,56 @@ def test_shared_dir_seen_by_every_pod_passes(tmp_path: Path) -> None:
 
 
 def test_per_pod_directories_fail_with_the_fix(tmp_path: Path) -> None:
-    """Each pod has its own directory (what a per-pod emptyDir is): pod 0 never sees pod 1's marker."""
-    result = check_shared_dir(tmp_path / "pod0", peers=2, index=0, run_id="r", timeout_s=1.0, poll_s=0.1)
+    """Each pod has its own directory (what a per-pod emptyDir is): pod 0 never sees pod 1's marker although
+    pod 1 is running (its name resolves): proven unshared, not retryable."""
+    result = check_shared_dir(
+        tmp_path / "pod0",
+        peers=2,
+        index=0,
+        run_id="r",
+        timeout_s=1.0,
+        poll_s=0.1,
+        peer_host="j-{index}.j",
+        resolve=lambda host: host == "j-1.j",
+    )
     assert not result.ok
-    assert (
-        result.detail
-        == f"{tmp_path / 'pod0'} is not shared: after 1 s this pod sees the markers of pods [0] but not [1]"
+    assert not result.retryable
+    assert result.detail == (
+        f"{tmp_path / 'pod0'} is not shared: after 1 s this pod sees the markers of pods [0] but not [1], "
+        "although pods [1] are running (j-1.j resolve)"
     )
     assert "ReadWriteMany" in result.fix
+
+
+def test_a_peer_that_never_appeared_is_retryable_not_a_verdict_on_the_directory(tmp_path: Path) -> None:
+    """Issue 22 #6: a late peer (image pull, no node yet) used to exit 2, which the Job's FailJob rule made
+    permanent before Kueue's waitForPodsReady could requeue the workload."""
+    result = check_shared_dir(
+        tmp_path,
+        peers=3,
+        index=0,
+        run_id="r",
+        timeout_s=0.5,
+        poll_s=0.1,
+        peer_host="j-{index}.j",
+        resolve=lambda host: False,
+    )
+    assert (result.ok, result.retryable) == (False, True)
+    assert result.detail == (
+        "pods [1, 2] never appeared: after 0 s this pod sees the markers of pods [0] and j-1.j, j-2.j do not resolve"
+    )
+
+
+def test_the_cli_exits_3_for_a_missing_peer_and_2_for_a_proven_unshared_directory(tmp_path: Path) -> None:
+    common = ["--shared-dir", str(tmp_path), "--peers", "2", "--index", "0", "--shared-timeout", "1"]
+    late = run(*common, "--peer-host", "no-such-peer-{index}.invalid")
+    assert late.returncode == 3, late.stdout + late.stderr
+    assert "FAIL shared dir: pods [1] never appeared" in late.stdout
+    # 127.0.0.1 always resolves: a running peer whose marker this pod cannot see.
+    unshared = run(*["--shared-dir", str(tmp_path / "own"), *common[2:]], "--peer-host", "127.0.0.{index}")
+    assert unshared.returncode == 2, unshared.stdout + unshared.stderr
+    assert "is not shared" in unshared.stdout
+    assert run(*common, "--peer-host", "no-placeholder").returncode == 2
 
 
 def test_a_previous_runs_markers_do_not_count(tmp_path: Path) -> None:
