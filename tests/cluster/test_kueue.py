@@ -624,8 +624,8 @@ def test_pending_ray_workers_do_not_keep_the_groups_quota(dist: Path) -> None:
     assert admitted, f"nvrx-fsdp never admitted in 24 h: {pending[-1].message if pending else None}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 #2: the RayJob keeps its GPU workers 600 s after Kueue frees them")
 def test_a_finished_rayjob_frees_its_nodes_when_kueue_frees_its_quota(dist: Path) -> None:
+    """Issue 22 #2 (xfail until k8s/workloads.py set ttlSecondsAfterFinished to 60 s; it was 600)."""
     kueue = platform_kueue("dev")
     objects = dist_objects(dist, "dev")
     rayjob, nvrx = objects["qwen-finetune"], objects["nvrx-fsdp"]
