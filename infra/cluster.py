@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from aws_cdk import Aws, RemovalPolicy
+from aws_cdk import Aws, CrossStackReferences, ReferenceStrength, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
@@ -29,6 +29,17 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # Add-ons nodes need before they can turn Ready. coredns is the exception: its pods
 # need a node to run on, so it is created after the first node group instead.
 ADDONS_BEFORE_NODES = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+
+
+def kubectl_provider_function(cluster: eks.Cluster) -> Construct:
+    """The function whose ARN is the kubectl provider's service token (aws-cdk-lib 2.275.0 aws-eks-v2
+    kubectl-provider.js: `cr.Provider(this, "Provider")`, serviceToken = the framework's onEvent function)."""
+    found = cluster.node.try_find_child("KubectlProvider")
+    provider = found.node.try_find_child("Provider") if found is not None else None
+    function = provider.node.try_find_child("framework-onEvent") if provider is not None else None
+    if function is None:
+        raise LookupError("aws_eks_v2.Cluster has no KubectlProvider/Provider/framework-onEvent (aws-cdk-lib moved it)")
+    return function
 
 
 def principal_arn(principal: str) -> str:
@@ -115,6 +126,15 @@ class EksCluster(Construct):
             ),
         )
         self.cluster.node.add_dependency(self.control_plane_log_retention)
+        # Strong (an export each) against cdk.json's weak default: the Storage and Gpu-<group> stacks read the
+        # cluster's name and security group, and the custom resources in Storage name the kubectl provider's
+        # function as ServiceToken, which is create-only on a custom resource (the resource schema
+        # AWS::CloudFormation::CustomResource, shipped with cfn-lint). Read weakly (Fn::GetStackOutput), a
+        # Platform change that replaced them would go through and leave every consumer with a stale value
+        # (the CDK CLI skips a consumer whose template did not change); with an export in use CloudFormation
+        # refuses the replacement, and refuses deleting Platform while a consumer exists.
+        CrossStackReferences.of(self.cluster).produce(ReferenceStrength.STRONG)
+        CrossStackReferences.of(kubectl_provider_function(self.cluster)).produce(ReferenceStrength.STRONG)
         # jsii's generated Cluster class misses a member of its own ICluster protocol
         # (kubectl_provider_options), so mypy needs telling that it is one.
         self.icluster = cast(eks.ICluster, self.cluster)

@@ -32,6 +32,8 @@ from infra.spec.alarms import AlarmRule, GroupAlarms, group_alarm_rules
 
 
 def rules_for(environment: Environment, group: GpuNodeGroupConfig) -> GroupAlarms:
+    """The group's alarm rules; synth refuses a group without a throughput baseline that does not say why."""
+    group.check_has_baseline()
     return group_alarm_rules(cluster=environment.cluster.name, group=group.name, instance_type=group.instance_type)
 
 
@@ -179,6 +181,17 @@ def _widget(
     }
 
 
+def _text_widget(title: str, text: str, *, y: int, x: int) -> dict[str, Any]:
+    return {
+        "type": "text",
+        "x": x,
+        "y": y,
+        "width": 6,
+        "height": 6,
+        "properties": {"markdown": f"### {title}\n\nNo throughput alarm for this group: {text}"},
+    }
+
+
 def dashboard_body(environment: Environment) -> dict[str, Any]:
     widgets: list[dict[str, Any]] = []
     region = environment.region
@@ -207,23 +220,27 @@ def dashboard_body(environment: Environment) -> dict[str, Any]:
             )
         )
         throughput = [rule for _, rule in rules.throughput]
-        widgets.append(
-            _widget(
-                f"{name}: tokens/s per job vs baseline",
-                throughput,
-                region,
-                y=y,
-                x=12,
-                annotations=[
-                    annotation
-                    for baseline, rule in rules.throughput
-                    for annotation in (
-                        {"label": f"baseline {baseline.node_count} nodes", "value": baseline.tokens_per_s},
-                        {"label": "alarm", "value": rule.threshold},
-                    )
-                ],
+        if throughput:
+            widgets.append(
+                _widget(
+                    f"{name}: tokens/s per job vs baseline",
+                    throughput,
+                    region,
+                    y=y,
+                    x=12,
+                    annotations=[
+                        annotation
+                        for baseline, rule in rules.throughput
+                        for annotation in (
+                            {"label": f"baseline {baseline.node_count} nodes", "value": baseline.tokens_per_s},
+                            {"label": "alarm", "value": rule.threshold},
+                        )
+                    ],
+                )
             )
-        )
+        else:
+            # A metric widget without metrics renders empty; say why there is no throughput alarm instead.
+            widgets.append(_text_widget(f"{name}: no baseline yet", group.no_baseline_yet or "", y=y, x=12))
         widgets.append(
             _widget(
                 f"{name}: restarts per hour",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy, Tags
+from aws_cdk import CrossStackReferences, ReferenceStrength, RemovalPolicy, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -55,6 +55,11 @@ class Network(Construct):
                 )
             },
         )
+        # The VPC id is read strongly (an export): it never changes with a config change, and nothing may
+        # replace it under the stacks that use it. The subnets stay weak reads (cdk.json): a zone move switches
+        # the GPU stacks and Storage to another zone's subnet, and an export of the old one still in use
+        # would make Platform's deploy fail before the consumers could switch (infra/stage.py).
+        CrossStackReferences.of(self.vpc).produce(ReferenceStrength.STRONG)
         self.private_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         for subnet in self.vpc.private_subnets:
             # Internal load balancers only; public subnets get no ELB role tag.

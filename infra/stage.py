@@ -1,7 +1,7 @@
 """One Stage per environment, split into stacks by blast radius; the stacks only wire constructs.
 
     <env>/Platform      network, cluster, system nodes, core add-ons, device plugins (<cluster>-platform)
-    <env>/Storage       FSx checkpoint file system, its security group and client rules, CSI driver,
+    <env>/Storage       FSx checkpoint file system and its security group (both retained), client rules, CSI driver,
                         StorageClass/PV/PVC (<cluster>-storage; only with checkpoint storage)
     <env>/Gpu-<group>   one per GPU node group: EFA security group, placement group, launch template,
                         node group (<cluster>-gpu-<group>)
@@ -11,13 +11,20 @@ A managed node group finishes creating only once its instances launch; a GPU sho
 that rolls back one GPU group, never the VPC and cluster. Storage and every Gpu-<group> depend
 on Platform only, so each deploys alone after it (`cdk deploy 'prod/Gpu-p5'`).
 
-Values cross stacks as construct attributes (cluster name, security group id, subnet, the kubectl
-provider's service token); CDK turns each into an export of Platform and an import here. Nothing
-is exported by hand. aws_eks_v2's KubernetesManifest/HelmChart/Addon in a stack other than the
-cluster's are supported: they read `cluster.kubectlProvider.serviceToken` and depend on the
-cluster's KubectlReadyBarrier (aws-cdk-lib 2.275.0 aws-eks-v2/lib/k8s-manifest.js, helm-chart.js,
-kubectl-provider.js `getKubectlProvider` -> `_dependOnKubectlBarrier`), which CDK turns into a
-stack dependency on Platform.
+Values cross stacks as construct attributes; nothing is exported by hand. cdk.json sets
+`@aws-cdk/core:defaultCrossStackReferences: weak`: a consumer reads a Platform output with
+Fn::GetStackOutput, resolved only when the consumer is created or updated, with no lock on Platform.
+Strong references (an export of Platform, Fn::ImportValue here) are set per producer where a lock is the
+safety: the cluster (name, security group), the VPC, and the kubectl provider's function, whose ARN is
+the ServiceToken of every KubernetesManifest/HelmChart here and is create-only on a custom resource
+(infra/cluster.py, infra/network.py). CloudFormation then refuses to replace them, or to delete Platform,
+while a consumer uses them. The GPU subnet and the alarm topic stay weak: a zone move switches the
+consumers to another subnet, which an export still in use would block. `trainctl plan --env E` names the
+consumers of a replaced, weakly read Platform resource (docs/deploy.md, "Changing Platform").
+aws_eks_v2's KubernetesManifest/HelmChart/Addon in a stack other than the cluster's are supported: they
+read `cluster.kubectlProvider.serviceToken` and depend on the cluster's KubectlReadyBarrier (aws-cdk-lib
+2.275.0 aws-eks-v2/lib/k8s-manifest.js, helm-chart.js, kubectl-provider.js `getKubectlProvider` ->
+`_dependOnKubectlBarrier`), which CDK turns into a stack dependency on Platform.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from infra.network import Network
 from infra.nodegroups.efa import EfaNodeGroup
 from infra.nodegroups.system import SystemNodeGroup
 from infra.spec import Environment, GpuNodeGroupConfig
+from infra.spec.replacement_names import gpu_nodegroup_name, system_nodegroup_name
 
 
 class PlatformStack(Stack):
@@ -53,7 +61,7 @@ class PlatformStack(Stack):
             cluster=self.cluster.icluster,
             config=environment.system_nodes,
             subnets=self.network.private_subnets,
-            nodegroup_name=f"{environment.cluster.name}-system",
+            nodegroup_name=system_nodegroup_name(environment),
         )
         self.cluster.order_before(self.system_nodes.nodegroup)
         self.cluster.order_coredns_after(self.system_nodes.nodegroup)
@@ -112,7 +120,7 @@ class StorageStack(Stack):
                 availability_zones=[environment.gpu_availability_zone],
             ).subnets[0],
             config=config,
-            environment=environment.name,
+            environment=environment,
             after=[cluster.addons["eks-pod-identity-agent"], platform.system_nodes.nodegroup],
         )
         for namespace in CLAIM_NAMESPACES:
@@ -142,7 +150,7 @@ class GpuNodeGroupStack(Stack):
             vpc=platform.network.vpc,
             subnets=platform.network.private_subnet_in(environment.gpu_availability_zone),
             config=group,
-            nodegroup_name=f"{environment.cluster.name}-{group.name}",
+            nodegroup_name=gpu_nodegroup_name(environment, group),
         )
         cluster.order_before(self.nodes.nodegroup)
         self.alarms = (

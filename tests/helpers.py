@@ -19,11 +19,12 @@ def only(template_json: dict[str, Any], cfn_type: str) -> tuple[str, dict[str, A
 
 
 def nodegroup(template_json: dict[str, Any], suffix: str) -> tuple[str, dict[str, Any]]:
-    """The node group whose name ends in -<suffix> (system, or a GPU group's name)."""
+    """The node group named <cluster>-<suffix> or <cluster>-<suffix>-<zone>-<capacity> (system, or a GPU
+    group's name; infra/spec/replacement_names.py)."""
     found = [
         (k, v)
         for k, v in of_type(template_json, "AWS::EKS::Nodegroup").items()
-        if v["Properties"]["NodegroupName"].endswith(f"-{suffix}")
+        if f"-{suffix}-" in v["Properties"]["NodegroupName"] + "-"
     ]
     assert len(found) == 1, f"expected one node group named *-{suffix}, found {[k for k, _ in found]}"
     return found[0]
@@ -55,10 +56,13 @@ def helm_charts(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def resolve(template_json: dict[str, Any], value: Any) -> Any:
-    """A value as the producing stack writes it: a cross-stack reference (CDK's weak references,
-    Fn::GetStackOutput of a Platform output) becomes that output's Value in the merged template."""
+    """A value as the producing stack writes it: a cross-stack reference (a weak one, Fn::GetStackOutput of a
+    Platform output, or a strong one, Fn::ImportValue of its export `<stack>:<output>`) becomes that output's
+    Value in the merged template."""
     if isinstance(value, dict) and "Fn::GetStackOutput" in value:
         return template_json["Outputs"][value["Fn::GetStackOutput"]["OutputName"]]["Value"]
+    if isinstance(value, dict) and isinstance(value.get("Fn::ImportValue"), str):
+        return template_json["Outputs"][value["Fn::ImportValue"].split(":", 1)[1]]["Value"]
     return value
 
 

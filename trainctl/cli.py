@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from trainctl import capacity, fabric_check, goodput, logs, pin, preflight, scale, status, submit
-from trainctl.commands import rehearse
+from trainctl.commands import drain, plan, rehearse
 from trainctl.exit_codes import ExitCode
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
@@ -25,6 +25,8 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     scale.add_parser,
     rehearse.add_parser,
     goodput.add_parser,
+    plan.add_parser,
+    drain.add_parser,
 )
 
 

@@ -59,6 +59,7 @@ from infra.spec.addressing import (
 )
 from infra.spec.efa import efa_layout
 from infra.spec.environments import CapacityKind
+from infra.spec.replacement_names import gpu_nodegroup_name
 from infra.spec.versions import CORE_ADDONS, HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS, HelmChartPin
 from trainctl.arguments import keyed_url
 from trainctl.aws import ALL_SERVICES, SERVICES, Aws, AwsError, ErrorKind
@@ -945,10 +946,11 @@ def evaluate_nodegroup_leftover(
     stack_resources: Sequence[Mapping[str, Any]] | None,
     platform_resources: Sequence[Mapping[str, Any]] | None,
 ) -> CheckResult:
-    """GPU node groups have fixed names (<cluster>-<group>, infra/stage.py) and live in their own stack.
+    """GPU node groups have fixed names (<cluster>-<group>-<zone>-<od|cb>, infra/spec/replacement_names.py)
+    and live in their own stack.
     One that outlived its stack (a delete that failed, a hand-made one) makes the stack's create fail:
     node group names are unique within a cluster (CreateNodegroup: ResourceInUseException)."""
-    name = f"{env.cluster.name}-{group.name}"
+    name = gpu_nodegroup_name(env, group)
     stack = gpu_stack_name(env, group)
     subject = f"node group {name}"
     if nodegroup is None:
@@ -999,14 +1001,14 @@ def leftover_checks(env: Environment, aws: Aws, *, region: str, say: Callable[[s
         for group in env.gpu_node_groups:
 
             def nodegroup_check(group: GpuNodeGroupConfig = group) -> list[CheckResult]:
-                name = f"{env.cluster.name}-{group.name}"
+                name = gpu_nodegroup_name(env, group)
                 found = aws.eks_nodegroup(env.cluster.name, name)
                 if found is None:
                     return [evaluate_nodegroup_leftover(env, group, None, None, None)]
                 own, platform = resources(gpu_stack_name(env, group)), resources(platform_stack_name(env))
                 return [evaluate_nodegroup_leftover(env, group, found, own, platform)]
 
-            name = f"node group {env.cluster.name}-{group.name}"
+            name = f"node group {gpu_nodegroup_name(env, group)}"
             _attempt(results, Check.LEFTOVER, [name], region, nodegroup_check)
     _attempt(
         results,

@@ -78,8 +78,10 @@ EFA_PLUGIN = Plugin(_EFA, f"name={_EFA}", EFA_RESOURCE)
 
 
 def nodegroup_name(env: Environment, group: GpuNodeGroupConfig) -> str:
-    """The managed node group's name, as infra/stage.py sets it."""
-    return f"{env.cluster.name}-{group.name}"
+    """The managed node group's name, as infra/stage.py sets it (infra/spec/replacement_names.py)."""
+    from infra.spec.replacement_names import gpu_nodegroup_name
+
+    return gpu_nodegroup_name(env, group)
 
 
 class ScaleError(Exception):

@@ -20,8 +20,9 @@ from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
-from infra.spec import CheckpointStorageConfig, LustreDeployment
+from infra.spec import CheckpointStorageConfig, Environment, LustreDeployment
 from infra.spec.namespaces import RAY, TRAINING, NamespaceSpec
+from infra.spec.replacement_names import checkpoint_volume_names
 from infra.spec.versions import MANAGED_ADDONS
 
 ADDON = "aws-fsx-csi-driver"
@@ -48,7 +49,7 @@ class FsxCheckpointStorage(Construct):
         vpc: ec2.IVpc,
         subnet: ec2.ISubnet,
         config: CheckpointStorageConfig,
-        environment: str,
+        environment: Environment,
         after: Sequence[IDependable],
     ) -> None:
         super().__init__(scope, construct_id)
@@ -109,7 +110,14 @@ class FsxCheckpointStorage(Construct):
                 data_compression_type="LZ4",
             ),
         )
+        # Retained together: FSx keeps ENIs carrying this group in the GPU subnet for as long as the file
+        # system exists, and EC2 refuses to delete a group with ENIs. A deleted group beside a retained file
+        # system fails every rollback after the file system was created (ROLLBACK_FAILED) and every stack
+        # delete (DELETE_FAILED). Both outlive the stack; the file system is deleted by hand, then the group
+        # (docs/deploy.md, "Teardown"). The trade-off of retaining: the checkpoints survive a stack delete or a
+        # replacement, and each survivor is billed until someone deletes it.
         self.file_system.apply_removal_policy(RemovalPolicy.RETAIN)
+        self.security_group.apply_removal_policy(RemovalPolicy.RETAIN)
         # CreateFileSystem validates the group's rules ("security groups do not permit Lustre LNET
         # network traffic on port 988"); the rules are resources of their own, which the Ref to
         # the group id does not order. Depending on the group construct covers every rule
@@ -141,11 +149,10 @@ class FsxCheckpointStorage(Construct):
         for dependency in after:
             self.addon.node.add_dependency(dependency)
 
-        self.volume_name = f"{environment}-{config.claim_name}"
-        self.volume_names = {
-            ns.name: self.volume_name if i == 0 else f"{self.volume_name}-{ns.name}"
-            for i, ns in enumerate(CLAIM_NAMESPACES)
-        }
+        # Named after the file system's zone: a zone move replaces the file system, and the volumes of the
+        # new one must be new objects (infra/spec/replacement_names.py).
+        self.volume_names = checkpoint_volume_names(environment, config, tuple(ns.name for ns in CLAIM_NAMESPACES))
+        self.volume_name = self.volume_names[CLAIM_NAMESPACES[0].name]
         self.claim = eks.KubernetesManifest(
             self,
             "Claim",

@@ -96,6 +96,20 @@ class ClusterAddOns(Construct):
             if config.kueue
             else None
         )
+        # Workload namespaces after both controllers: CloudFormation deletes in reverse dependency order, so the
+        # namespaces (and the Jobs, RayJobs, RayClusters and Workloads in them) go while the Kueue and KubeRay
+        # controllers still run to clear their finalizers; deleted in parallel with the charts, the objects keep
+        # finalizers nobody removes and the kubectl handler's `kubectl delete` (--wait) runs past its
+        # 15-minute Lambda timeout (aws-cdk-lib 2.275.0 custom-resource-handlers/dist/aws-eks-v2/kubectl-handler).
+        controllers = [
+            c
+            for c in (self.kuberay.chart if self.kuberay else None, self.kueue.release.chart if self.kueue else None)
+            if c
+        ]
+        for spec in TRAINING_NAMESPACES:
+            for controller in controllers:
+                self.namespaces.manifests[spec.name].node.add_dependency(controller)
+
         self.node_monitoring = (
             NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=icluster) if config.node_monitoring_agent else None
         )

@@ -2,6 +2,7 @@
 
 from infra.spec.environments import (
     ENVIRONMENTS,
+    AcknowledgedReplacement,
     AddOnsConfig,
     Capacity,
     CapacityKind,
@@ -22,6 +23,7 @@ from infra.spec.instances import INSTANCE_TYPES, InstanceType, instance_type
 __all__ = [
     "ENVIRONMENTS",
     "INSTANCE_TYPES",
+    "AcknowledgedReplacement",
     "AddOnsConfig",
     "Capacity",
     "CapacityKind",

@@ -328,6 +328,9 @@ class GpuNodeGroupConfig:
     launch_at_deploy: bool = False
     # Nodes one training job on this group uses (Ray worker replicas, NVRx pods).
     workload_nodes: int = 2
+    # Why the group has no throughput baseline (infra/spec/baselines.py) yet, and so no "throughput under
+    # baseline" alarm; the dashboard shows this text instead. Required when no baseline exists for the type.
+    no_baseline_yet: str | None = None
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -362,6 +365,35 @@ class GpuNodeGroupConfig:
                 "a job cannot use more nodes than the group can hold; raise max_size or use fewer nodes",
             )
         self._check_capacity_policy(where)
+        self._check_baseline(where)
+
+    def _check_baseline(self, where: str) -> None:
+        from infra.spec.baselines import baselines_for
+
+        measured = baselines_for(self.instance_type)
+        if measured and self.no_baseline_yet is not None:
+            raise ConfigError(
+                f"{where}.no_baseline_yet",
+                self.no_baseline_yet,
+                f"None: {self.instance_type} has a baseline ({measured[0].source})",
+                "remove no_baseline_yet; the group's throughput alarm uses the baseline",
+            )
+
+    def check_has_baseline(self) -> None:
+        """Synth refuses a group without a throughput baseline unless it says why (then no alarm, and the
+        dashboard shows the reason instead of an empty widget)."""
+        from infra.spec.baselines import baselines_for
+
+        where = f"gpu_node_groups[{self.name}]"
+        if not baselines_for(self.instance_type) and not (self.no_baseline_yet or "").strip():
+            raise ConfigError(
+                f"{where}.no_baseline_yet",
+                self.no_baseline_yet,
+                f"a throughput baseline for {self.instance_type} in infra/spec/baselines.py, or the reason there "
+                "is none yet (the group then has no throughput alarm, and the dashboard says so)",
+                "add the first real run's tokens/s (the procedure in infra/spec/baselines.py), or set "
+                'no_baseline_yet="..." saying what is pending',
+            )
 
     def _check_capacity_policy(self, where: str) -> None:
         desired = self.scaling.desired_size
@@ -485,6 +517,39 @@ class AddOnsConfig:
             )
 
 
+_LOGICAL_ID = re.compile(r"^[A-Za-z0-9]{1,255}$")
+_STACK_ID = re.compile(r"^(Platform|Storage|Gpu-[a-z0-9-]{1,32})$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcknowledgedReplacement:
+    """A stateful replacement `trainctl plan --env E` may let through: the resource (stack id and logical id,
+    as the plan names them) and why replacing it is acceptable. Remove it once the change is deployed."""
+
+    stack: str
+    logical_id: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not _STACK_ID.match(self.stack):
+            raise ConfigError(
+                "acknowledged_replacements.stack", self.stack, "Platform, Storage or Gpu-<group> (the stack id)"
+            )
+        if not _LOGICAL_ID.match(self.logical_id):
+            raise ConfigError(
+                "acknowledged_replacements.logical_id",
+                self.logical_id,
+                "a CloudFormation logical id (letters and digits), as `trainctl plan` prints it",
+            )
+        if len(self.reason.strip()) < 10:
+            raise ConfigError(
+                "acknowledged_replacements.reason",
+                self.reason,
+                "a sentence saying why the replacement is acceptable (at least 10 characters)",
+                "say what happens to the data, e.g. 'zone move; checkpoints restored from backup-...'",
+            )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Environment:
     name: str
@@ -499,6 +564,8 @@ class Environment:
     # Filled by app.py from context or CDK_DEFAULT_ACCOUNT; None keeps the stack account-agnostic.
     account: str | None = None
     tags: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Stateful replacements `trainctl plan` lets through, each with its reason (a zone move, a capacity switch).
+    acknowledged_replacements: tuple[AcknowledgedReplacement, ...] = ()
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -525,10 +592,24 @@ class Environment:
         if len(set(names)) != len(names):
             raise ConfigError("gpu_node_groups.name", names, "distinct group names")
         self._check_add_on_prerequisites()
+        self._check_nodegroup_names()
         # Imported here: addressing reads Environment, so it cannot be imported at module top.
         from infra.spec.addressing import check_address_budget
 
         check_address_budget(self)
+
+    def _check_nodegroup_names(self) -> None:
+        from infra.spec.replacement_names import NODEGROUP_NAME_MAX, gpu_nodegroup_name
+
+        for group in self.gpu_node_groups:
+            name = gpu_nodegroup_name(self, group)
+            if len(name) > NODEGROUP_NAME_MAX:
+                raise ConfigError(
+                    f"gpu_node_groups[{group.name}].name",
+                    name,
+                    f"a node group name of at most {NODEGROUP_NAME_MAX} characters (EKS CreateNodegroup)",
+                    "shorten the cluster or group name",
+                )
 
     def _check_add_on_prerequisites(self) -> None:
         if self.gpu_node_groups:
@@ -612,6 +693,12 @@ def _prod() -> Environment:
                 instance_type="p5.48xlarge",
                 scaling=Scaling(min_size=0, desired_size=0, max_size=8),
                 workload_nodes=2,
+                # No published tokens/s for this platform's job on p5 (the published p5 figures are
+                # nccl-tests bus bandwidth, which the fabric gate uses, not a training throughput).
+                no_baseline_yet=(
+                    "no tokens/s measured on 2 x p5.48xlarge yet: run the NVRx job once on EFA and add its "
+                    "median TokensPerSecond to infra/spec/baselines.py"
+                ),
             ),
             GpuNodeGroupConfig(
                 name="g6",

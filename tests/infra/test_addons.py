@@ -341,7 +341,9 @@ def test_checkpoint_claims_bind_the_fsx_volumes(resources: dict[str, Any], env_n
     volumes = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PersistentVolume"}
     claims = {o["metadata"]["namespace"]: o for o in objects if o["kind"] == "PersistentVolumeClaim"}
     assert sorted(claims) == ["ray", "training"]
-    assert sorted(volumes) == [f"{env_name}-checkpoints", f"{env_name}-checkpoints-ray"]
+    # Named after the file system's zone (a zone move replaces it: infra/spec/replacement_names.py).
+    zone = ENVIRONMENTS[env_name].gpu_availability_zone
+    assert sorted(volumes) == [f"{env_name}-checkpoints-{zone}", f"{env_name}-checkpoints-{zone}-ray"]
     assert storage_class["provisioner"] == "fsx.csi.aws.com"
     assert storage_class["reclaimPolicy"] == "Retain"
     for namespace, claim in claims.items():

@@ -11,6 +11,7 @@ from aws_cdk.assertions import Template
 
 from infra.cluster import ADDONS_BEFORE_NODES, CLUSTER_ADMIN_POLICY
 from infra.spec import ENVIRONMENTS, ClusterConfig, EndpointAccess
+from infra.spec.replacement_names import gpu_nodegroup_name, system_nodegroup_name
 from infra.spec.versions import CORE_ADDONS, KUBERNETES_VERSION, MANAGED_ADDONS
 from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context
@@ -122,7 +123,7 @@ def test_no_auto_mode_and_no_default_capacity(resources: dict[str, Any], env_nam
     env = ENVIRONMENTS[env_name]
     nodegroups = of_type(resources[env_name], "AWS::EKS::Nodegroup")
     assert sorted(n["Properties"]["NodegroupName"] for n in nodegroups.values()) == sorted(
-        [f"{env.cluster.name}-system", *(f"{env.cluster.name}-{g.name}" for g in env.gpu_node_groups)]
+        [system_nodegroup_name(env), *(gpu_nodegroup_name(env, g) for g in env.gpu_node_groups)]
     )
 
 

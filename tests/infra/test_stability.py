@@ -11,6 +11,8 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from app import create_app
+from infra.spec import ENVIRONMENTS
+from infra.spec.replacement_names import gpu_nodegroup_name, system_nodegroup_name
 from tests.conftest import cdk_json_context
 
 # Renaming any of these, or moving it to another stack, replaces the resource on the next deploy:
@@ -78,11 +80,12 @@ def test_gpu_node_groups_are_only_in_their_own_stacks(
             for r in template["Resources"].values()
             if r["Type"] == "AWS::EKS::Nodegroup"
         }
-        cluster = "ml-dev" if env_name == "dev" else "ml-prod"
+        env = ENVIRONMENTS[env_name]
         if stack.startswith("Gpu-"):
-            assert names == {f"{cluster}-{stack.removeprefix('Gpu-')}"}
+            (group,) = [g for g in env.gpu_node_groups if g.name == stack.removeprefix("Gpu-")]
+            assert names == {gpu_nodegroup_name(env, group)}
         elif stack == "Platform":
-            assert names == {f"{cluster}-system"}
+            assert names == {system_nodegroup_name(env)}
         else:
             assert names == set()
 

@@ -1260,9 +1260,14 @@ def test_a_gpu_node_group_of_the_fixed_name_outside_its_stack_fails(
 ) -> None:
     platform = [stack_resource("EksCluster", "AWS::EKS::Cluster", "ml-prod")]
     stacks = {
-        "ml-prod-platform": [*platform, stack_resource("GpuNodesg6", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-g6")],
+        "ml-prod-platform": [
+            *platform,
+            stack_resource("GpuNodesg6", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-g6-us-east-2a-od"),
+        ],
         # The p5 stack's delete failed half-way: its node group is listed deleted, yet EKS still has it.
-        "ml-prod-gpu-p5": [stack_resource("GpuNodesp5", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-p5", "DELETE_FAILED")],
+        "ml-prod-gpu-p5": [
+            stack_resource("GpuNodesp5", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-p5-us-east-2a-od", "DELETE_FAILED")
+        ],
     }
     with (
         started(eks_offering()) as eks,
@@ -1270,38 +1275,41 @@ def test_a_gpu_node_group_of_the_fixed_name_outside_its_stack_fails(
     ):
         eks.clusters["ml-prod"] = CLUSTER
         eks.nodegroups = {
-            ("ml-prod", "ml-prod-p5"): nodegroup("ml-prod-p5"),
-            ("ml-prod", "ml-prod-g6"): nodegroup("ml-prod-g6"),
+            ("ml-prod", "ml-prod-p5-us-east-2a-od"): nodegroup("ml-prod-p5-us-east-2a-od"),
+            ("ml-prod", "ml-prod-g6-us-east-2a-od"): nodegroup("ml-prod-g6-us-east-2a-od"),
         }
         session = aws("us-east-2", moto.url, eks, quotas)
         session.endpoint_urls["cloudformation"] = cloudformation.url
         found = leftovers(checks(PROD, session))
-        assert "/clusters/ml-prod/node-groups/ml-prod-p5 " in eks.calls
+        assert "/clusters/ml-prod/node-groups/ml-prod-p5-us-east-2a-od " in eks.calls
     assert found["EKS cluster ml-prod"].status is Status.PASS
-    p5 = found["node group ml-prod-p5"]
+    p5 = found["node group ml-prod-p5-us-east-2a-od"]
     assert p5.status is Status.FAIL
     assert p5.reason == (
         "exists (ACTIVE) and stack ml-prod-gpu-p5 does not hold it: creating it fails (ResourceInUseException) "
         "and rolls the stack back"
     )
     assert p5.fix is not None
-    assert "aws eks delete-nodegroup --cluster-name ml-prod --nodegroup-name ml-prod-p5 --region us-east-2" in p5.fix
-    g6 = found["node group ml-prod-g6"]
+    assert (
+        "aws eks delete-nodegroup --cluster-name ml-prod --nodegroup-name ml-prod-p5-us-east-2a-od --region us-east-2"
+        in p5.fix
+    )
+    g6 = found["node group ml-prod-g6-us-east-2a-od"]
     assert g6.status is Status.WARN
     assert g6.reason.startswith("belongs to stack ml-prod-platform (the layout before the GPU stacks)")
     # Owned by its own stack: an update.
-    stacks["ml-prod-gpu-p5"] = [stack_resource("GpuNodesp5", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-p5")]
+    stacks["ml-prod-gpu-p5"] = [stack_resource("GpuNodesp5", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-p5-us-east-2a-od")]
     with (
         started(eks_offering()) as eks,
         started(FakeCloudFormation(stacks)) as cloudformation,
     ):
         eks.clusters["ml-prod"] = CLUSTER
-        eks.nodegroups = {("ml-prod", "ml-prod-p5"): nodegroup("ml-prod-p5")}
+        eks.nodegroups = {("ml-prod", "ml-prod-p5-us-east-2a-od"): nodegroup("ml-prod-p5-us-east-2a-od")}
         session = aws("us-east-2", moto.url, eks, quotas)
         session.endpoint_urls["cloudformation"] = cloudformation.url
         found = leftovers(checks(PROD, session))
-    assert found["node group ml-prod-p5"].status is Status.PASS
-    assert found["node group ml-prod-g6"].reason == "none in cluster ml-prod"
+    assert found["node group ml-prod-p5-us-east-2a-od"].status is Status.PASS
+    assert found["node group ml-prod-g6-us-east-2a-od"].reason == "none in cluster ml-prod"
 
 
 def test_no_cluster_means_no_node_group_lookups(moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks) -> None:

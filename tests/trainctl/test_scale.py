@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("fake_aws_credentials")
 
 ENV = get_environment("dev")
 GROUP = ENV.gpu_node_groups[0]
-NODEGROUP = f"{ENV.cluster.name}-{GROUP.name}"
+NODEGROUP = f"{ENV.cluster.name}-{GROUP.name}-{ENV.gpu_availability_zone}-od"  # infra/spec/replacement_names.py
 GPUS = GROUP.instance.gpu.count if GROUP.instance.gpu else 0
 EFA = GROUP.efa_interface_count
 WANT = GROUP.scaling.max_size
