@@ -26,7 +26,6 @@ from rehearse import Kill, Options, RehearsalError, format_table, run
 from rehearse.admission import Admission, InputError, admit
 from rehearse.manifests import ManifestError, load
 from rehearse.scale import SCALES, parse_pairs
-from rehearse.tiny_model import corpus_lines, save_tiny_model
 from trainctl.exit_codes import ExitCode
 
 EPILOG = """exit codes:
@@ -138,6 +137,9 @@ def run_command(args: argparse.Namespace) -> int:
         admission.notes[:0] = [f"named {g} (as the API server would)" for g in manifests.generated]
         host_paths = [p.resolve() for p in args.host_path] + [Path(p) for p in substitutes.values()]
         if small_model is not None:
+            # torch and transformers load only for --scale small (seconds; the rest of trainctl stays quick).
+            from rehearse.tiny_model import corpus_lines, save_tiny_model
+
             save_tiny_model(small_model, corpus_lines())
             host_paths.append(small_model)
         options = Options(
@@ -153,6 +155,9 @@ def run_command(args: argparse.Namespace) -> int:
             print("nothing ran: every workload was skipped", file=sys.stderr)
             return ExitCode.NO_EVIDENCE
         rehearsal = run(admission.objects, options)
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C) before any pod ran", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     except ManifestError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.ERROR
@@ -165,7 +170,9 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.ERROR
     code = ExitCode.OK if rehearsal.exit_code == 0 else ExitCode.CHECK_FAILED
-    if code == ExitCode.OK and admission.skipped:
+    if rehearsal.interrupted:
+        code = ExitCode.INTERRUPTED
+    elif code == ExitCode.OK and admission.skipped:
         code = ExitCode.NO_EVIDENCE
     if args.json:
         document = rehearsal.to_json()
