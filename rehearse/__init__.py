@@ -28,8 +28,6 @@ from rehearse.pods import Pod, PodSetupError, Runtime, accelerator_requests
 
 WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster")
 HONOURED_KINDS = ("Service", "ConfigMap", "PersistentVolumeClaim")
-# What a shell reports for a command ended by SIGINT (128 + 2).
-INTERRUPTED = 130
 _KILL = re.compile(r"^(?P<pod>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)@(?P<seconds>\d+(\.\d+)?)$")
 
 
@@ -153,12 +151,9 @@ class Rehearsal:
     notes: list[str]
     output_dir: Path
     wall_s: float
-    interrupted: bool = False
 
     @property
     def exit_code(self) -> int:
-        if self.interrupted:
-            return INTERRUPTED
         return 0 if all(w.succeeded for w in self.workloads) else 1
 
     def workload(self, name: str) -> WorkloadOutcome:
@@ -334,7 +329,6 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
     pending_kills = sorted(options.kills, key=lambda k: k.seconds)
     kill_clock: dict[Kill, float] = {}
     owner: dict[str, Controller] = {}
-    interrupted = False
     try:
         try:
             for c in controllers:
@@ -376,24 +370,19 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
             for c in controllers:
                 c.tick(runtime)
             time.sleep(0.1)
-    except KeyboardInterrupt:
-        # Ctrl-C: every pod is stopped (finally) and what ran is reported; the command exits 130.
-        interrupted = True
-        notes.append(f"interrupted (Ctrl-C) after {time.monotonic() - started:.1f} s; running pods were stopped")
     finally:
         runtime.close()
         network.close()
     outcomes = [_outcome(c) for c in controllers]
     for outcome in outcomes:
         if outcome.state in ("Running", "Pending", "Initializing"):
-            outcome.state = "Interrupted" if interrupted else "Timeout"
+            outcome.state = "Timeout"
     return Rehearsal(
         workloads=outcomes,
         network=network.kind,
         notes=notes,
         output_dir=output_dir,
         wall_s=time.monotonic() - started,
-        interrupted=interrupted,
     )
 
 

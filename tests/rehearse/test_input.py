@@ -354,3 +354,15 @@ def test_scale_small_rewrites_the_projects_own_flags_and_says_so(dist: Path, tmp
     assert "--steps=6" in script
     assert "--seq-len=32" in script
     assert any("--scale small set --model" in n for n in admission.notes)
+
+
+def test_skip_unsupported_skips_a_workload_with_a_field_it_does_not_emulate(tmp_path: Path) -> None:
+    from rehearse.admission import admit
+
+    loaded = load([write(tmp_path, job(name="probed") + "---\n" + job(name="plain"))])
+    probed = loaded.objects[0]["spec"]["template"]["spec"]["containers"][0]
+    probed["livenessProbe"] = {"exec": {"command": ["true"]}}
+    admission = admit(loaded.objects, loaded.sources, skip_unsupported=True)
+    assert [o["metadata"]["name"] for o in admission.objects] == ["plain"]
+    (skipped,) = admission.skipped
+    assert str(skipped).startswith("SKIPPED Job/probed: spec.template.spec.containers[0].livenessProbe")

@@ -116,9 +116,9 @@ def test_ctrl_c_stops_every_pod_prints_what_ran_and_exits_130(tmp_path: Path) ->
     assert process.returncode == 130, stdout + stderr
     assert "Traceback" not in stdout + stderr
     assert "KeyboardInterrupt" not in stdout + stderr
-    assert "interrupted (Ctrl-C)" in stdout
-    assert "Job/sleeper (default): Interrupted" in stdout
-    assert re.search(r"sleeper-\w{5}", stdout), stdout
+    assert "interrupted (Ctrl-C) after" in stdout
+    assert "every pod was stopped; 1 pod(s) ran" in stdout
+    assert re.search(r"sleeper-\w{5}  stopped by Ctrl-C", stdout), stdout
     time.sleep(1)
     assert _processes_with(marker) == [], "a pod's process outlived the interrupted rehearsal"
 

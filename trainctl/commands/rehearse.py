@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import secrets
 import sys
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rehearse import Kill, Options, RehearsalError, format_table, run
@@ -35,7 +39,7 @@ EPILOG = """exit codes:
        emulate, a command, package or model only the image or a hub has, no namespaces on this machine
   3    --skip-unsupported skipped something (listed as SKIPPED) and everything that ran completed:
        not everything was judged
-  130  interrupted (Ctrl-C): every pod was stopped; what ran so far is printed"""
+  130  interrupted (Ctrl-C): every pod was stopped; the pods that ran and their last states are printed"""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,7 +120,40 @@ def _report(admission: Admission) -> None:
         print(str(skipped))
 
 
+_POD_LINE = re.compile(r"^pod (?P<pod>\S+) (?P<what>started|ended: .*)")
+
+
+@dataclass
+class Progress:
+    """The run's progress lines (stderr unless --json), and each pod's last state, for a Ctrl-C report."""
+
+    echo: bool
+    started: float = field(default_factory=time.monotonic)
+    pods: dict[str, str] = field(default_factory=dict)
+
+    def log(self, line: str) -> None:
+        m = _POD_LINE.match(line)
+        if m:
+            self.pods[m.group("pod")] = "running" if m.group("what") == "started" else m.group("what")
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+
+
+def interrupted(progress: Progress | None, as_json: bool) -> None:
+    pods = progress.pods if progress else {}
+    seconds = time.monotonic() - progress.started if progress else 0.0
+    states = {pod: "stopped by Ctrl-C" if state == "running" else state for pod, state in pods.items()}
+    if as_json:
+        document = {"interrupted": True, "exit_code": int(ExitCode.INTERRUPTED), "wall_s": round(seconds, 2)}
+        print(json.dumps({**document, "pods": states}, indent=2))
+        return
+    print(f"interrupted (Ctrl-C) after {seconds:.1f} s: every pod was stopped; {len(states)} pod(s) ran")
+    for pod, state in states.items():
+        print(f"  {pod}  {state}")
+
+
 def run_command(args: argparse.Namespace) -> int:
+    progress: Progress | None = None
     try:
         manifests = load(args.files, recursive=args.recursive)
         try:
@@ -124,7 +161,9 @@ def run_command(args: argparse.Namespace) -> int:
             command_paths = parse_pairs(args.command_path, "--command-path")
         except ValueError as exc:
             raise RehearsalError(str(exc)) from exc
-        output_dir = (args.output_dir or Path(tempfile.mkdtemp(prefix="rehearsal-"))).resolve()
+        # Named now (the tiny model's path goes into the manifests), created only once the input is admitted.
+        output_dir = (args.output_dir or Path(tempfile.gettempdir()) / f"rehearsal-{secrets.token_hex(4)}").resolve()
+        progress = Progress(echo=not args.json)
         small_model = output_dir / "scale-small" / "model" if args.scale == "small" else None
         admission = admit(
             manifests.objects,
@@ -148,7 +187,7 @@ def run_command(args: argparse.Namespace) -> int:
             kills=tuple(Kill.parse(k) for k in args.kill),
             backoff_base_s=args.pod_backoff,
             host_paths=tuple(host_paths),
-            log=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
+            log=progress.log,
         )
         if not any(o["kind"] in ("Job", "RayJob", "RayCluster") for o in admission.objects):
             _report(admission)
@@ -156,7 +195,8 @@ def run_command(args: argparse.Namespace) -> int:
             return ExitCode.NO_EVIDENCE
         rehearsal = run(admission.objects, options)
     except KeyboardInterrupt:
-        print("interrupted (Ctrl-C) before any pod ran", file=sys.stderr)
+        # run() stops every pod on the way out (its `finally`); what ran is what its log said.
+        interrupted(progress, args.json)
         return ExitCode.INTERRUPTED
     except ManifestError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -170,9 +210,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.ERROR
     code = ExitCode.OK if rehearsal.exit_code == 0 else ExitCode.CHECK_FAILED
-    if rehearsal.interrupted:
-        code = ExitCode.INTERRUPTED
-    elif code == ExitCode.OK and admission.skipped:
+    if code == ExitCode.OK and admission.skipped:
         code = ExitCode.NO_EVIDENCE
     if args.json:
         document = rehearsal.to_json()
