@@ -139,3 +139,5 @@ def test_the_readme_rehearsal_command_completes_as_written(dist: Path, tmp_path:
     assert result.returncode == 0, out[-6000:]
     assert "Job/nvrx-fsdp (training): Complete" in out
     assert "--scale small set --model" in out
+    # The node loss the README promises landed while the job ran, and its replacement finished the index.
+    assert "killing pod nvrx-fsdp-1-" in out, out[-6000:]
