@@ -108,7 +108,7 @@ def admit(
             problems += hub_problems(obj, substitutes)
         problems += image_only(admitted, command_paths)
     if problems:
-        raise InputError(problems)
+        raise InputError(list(dict.fromkeys(problems)))  # a flag given twice in one script is one problem
     if not any(o.get("kind") in WORKLOAD_KINDS for o in admitted) and not skipped:
         raise InputError(["nothing to rehearse: no Job, RayJob or RayCluster in the files"])
     return Admission(objects=admitted, skipped=skipped, notes=notes)

@@ -363,3 +363,8 @@ def markdown_table() -> str:
     lines += [f"| {k} | {why} |" for k, why in INFRA_KINDS.items()]
     lines += ["| any other kind | refused, exit 2 naming it (`--skip-unsupported`: SKIPPED, exit 3) |"]
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    # The table for docs/workloads.md (between its support-table markers).
+    print(markdown_table())

@@ -14,3 +14,5 @@ class ExitCode(IntEnum):
     """The command could not run: bad arguments, a bad lock file, an unreachable or refusing registry."""
     NO_EVIDENCE = 3
     """There was nothing to judge (`fabric-check`: no NCCL network-selection lines; set NCCL_DEBUG=INFO)."""
+    INTERRUPTED = 130
+    """Interrupted (Ctrl-C, SIGINT: 128 + 2, as a shell reports it): `rehearse` stopped every pod, printed what ran."""

@@ -26,7 +26,7 @@ from trainctl.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def job(name: str = "pi", spec: str = "", pod: str = "restartPolicy: Never") -> str:
+def job(name: str = "pi", spec: str = "", pod: str = "restartPolicy: Never", command: list[str] | None = None) -> str:
     """A batch/v1 Job after the docs' job.yaml shape (one container, a short command); `spec` and `pod` are
     YAML merged into the Job spec and its pod spec."""
     obj: dict[str, Any] = {
@@ -38,7 +38,9 @@ def job(name: str = "pi", spec: str = "", pod: str = "restartPolicy: Never") -> 
             "template": {
                 "spec": {
                     **(yaml.safe_load(pod) or {}),
-                    "containers": [{"name": "main", "image": "python:3.11", "command": ["python3", "-c", "print(1)"]}],
+                    "containers": [
+                        {"name": "main", "image": "python:3.11", "command": command or ["python3", "-c", "print(1)"]}
+                    ],
                 }
             },
         },
@@ -185,14 +187,11 @@ def test_a_liveness_probe_is_refused_with_its_container_path(tmp_path: Path) -> 
     assert [u.path for u in unsupported_fields(obj)] == ["spec.template.spec.containers[0].livenessProbe"]
 
 
-def test_a_failindex_action_is_refused_until_the_controller_implements_it(tmp_path: Path) -> None:
-    obj = load_manifests([write(tmp_path, job())])[0]
-    obj["spec"]["podFailurePolicy"] = {
-        "rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [1]}}]
-    }
+def test_a_value_the_rehearsal_does_not_emulate_is_refused_naming_the_values_it_does(tmp_path: Path) -> None:
+    obj = load_manifests([write(tmp_path, job(spec="suspend: true"))])[0]
     (found,) = unsupported_fields(obj)
-    assert found.path == "spec.podFailurePolicy.rules[0].action"
-    assert "'FailIndex' is not emulated" in found.reason
+    assert found.path == "spec.suspend"
+    assert "value True is not emulated (the rehearsal honours False" in found.reason
 
 
 def test_the_support_table_names_a_source_for_every_entry() -> None:
@@ -208,7 +207,10 @@ def test_docs_show_the_support_table_of_the_code() -> None:
     assert begin in text, "docs/workloads.md lacks the support table markers"
     assert end in text, "docs/workloads.md lacks the support table markers"
     shown = text.split(begin, 1)[1].split(end, 1)[0].strip()
-    assert shown == markdown_table(), "docs/workloads.md's support table differs from rehearse/support.py"
+    assert shown == markdown_table(), (
+        "docs/workloads.md's support table differs from rehearse/support.py: paste `python -m rehearse.support` "
+        "between the markers"
+    )
 
 
 # Finding 6: valid input kubectl accepts was refused or crashed.
@@ -250,3 +252,111 @@ def test_an_object_without_a_name_names_the_file_and_the_fix(tmp_path: Path) -> 
     path = write(tmp_path, job().replace("  name: pi\n", "  labels: {a: b}\n"))
     with pytest.raises(ManifestError, match=r"Job has no metadata.name .*generateName"):
         load([path])
+
+
+# Finding 8: what only the image has ended as exit 1 BackoffLimitExceeded, the cause in pod-init.log.
+def test_an_absolute_command_only_the_image_has_is_refused_naming_container_and_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = rehearse(capsys, write(tmp_path, job(command=["/submitter", "--wait"])))
+    assert code == 2, out
+    assert "container 'main'" in out
+    assert "command /submitter does not exist on this machine" in out
+    assert "--command-path /submitter=LOCAL_PATH" in out
+
+
+def test_command_path_runs_a_local_program_in_place_of_the_image_one(tmp_path: Path) -> None:
+    from rehearse.admission import admit
+
+    loaded = load([write(tmp_path, job(command=["/submitter", "--wait"]))])
+    admission = admit(loaded.objects, loaded.sources, command_paths={"/submitter": "/usr/bin/env"})
+    container = admission.objects[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][0] == "/usr/bin/env"
+    assert any("runs /usr/bin/env for /submitter" in n for n in admission.notes)
+
+
+def test_a_container_without_a_command_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    obj = yaml.safe_load(job())
+    del obj["spec"]["template"]["spec"]["containers"][0]["command"]
+    code, out = rehearse(capsys, write(tmp_path, yaml.safe_dump(obj)))
+    assert code == 2, out
+    assert "container 'main'" in out
+    assert "has no command" in out
+
+
+RAYJOB_PIP = """\
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {name: pip-job}
+spec:
+  entrypoint: python -c "import requests"
+  # KubeRay v1.7.0 passes runtimeEnvYAML to `ray job submit --runtime-env-json` (common/job.go).
+  runtimeEnvYAML: |
+    pip: ["requests==0.0.1", "torch"]
+  rayClusterSpec:
+    headGroupSpec:
+      rayStartParams: {}
+      template:
+        spec:
+          containers:
+            - name: ray-head
+              image: rayproject/ray:2.58.0
+"""
+
+
+def test_a_runtime_env_pin_this_environment_does_not_satisfy_is_refused_naming_the_package(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = rehearse(capsys, write(tmp_path, RAYJOB_PIP))
+    assert code == 2, out
+    assert "RayJob/pip-job: spec.runtimeEnvYAML pip 'requests==0.0.1' is not satisfied here" in out
+    assert "pip install 'requests==0.0.1'" in out
+    # torch is installed (any version satisfies it): not named.
+    assert "pip 'torch'" not in out
+
+
+# Finding 9: the README's rehearsal fetched Qwen/Qwen2.5-1.5B from the hub on 8 ranks.
+def test_a_hub_model_is_refused_up_front_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = job(command=["python3", "-m", "train", "--model=Qwen/Qwen2.5-1.5B"])
+    code, out = rehearse(capsys, write(tmp_path, text))
+    assert code == 2, out
+    assert "would download Qwen/Qwen2.5-1.5B" in out
+    assert "--substitute Qwen/Qwen2.5-1.5B=LOCAL_DIR" in out
+
+
+def test_a_url_outside_the_cluster_is_refused_and_cluster_addresses_are_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = job(command=["curl", "-O", "https://example.com/data.tar", "http://head-svc.ray.svc:8265"])
+    code, out = rehearse(capsys, write(tmp_path, text))
+    assert code == 2, out
+    assert "https://example.com/data.tar would be downloaded" in out
+    assert "head-svc" not in out
+
+
+def test_scale_small_rewrites_the_projects_own_flags_and_says_so(dist: Path, tmp_path: Path) -> None:
+    from rehearse.admission import admit
+
+    loaded = load([dist / "dev" / "training-code.k8s.yaml", dist / "dev" / "nvrx-fsdp.k8s.yaml"])
+    with pytest.raises(Exception, match=r"would download Qwen/Qwen2\.5-1\.5B"):
+        admit(loaded.objects, loaded.sources)
+    admission = admit(loaded.objects, loaded.sources, small_model=tmp_path / "tiny")
+    (job_obj,) = [o for o in admission.objects if o["kind"] == "Job"]
+    script = job_obj["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "Qwen" not in script
+    assert f"--model={tmp_path / 'tiny'}" in script
+    assert "--steps=6" in script
+    assert "--seq-len=32" in script
+    assert any("--scale small set --model" in n for n in admission.notes)
+
+
+def test_skip_unsupported_skips_a_workload_with_a_field_it_does_not_emulate(tmp_path: Path) -> None:
+    from rehearse.admission import admit
+
+    loaded = load([write(tmp_path, job(name="probed") + "---\n" + job(name="plain"))])
+    probed = loaded.objects[0]["spec"]["template"]["spec"]["containers"][0]
+    probed["livenessProbe"] = {"exec": {"command": ["true"]}}
+    admission = admit(loaded.objects, loaded.sources, skip_unsupported=True)
+    assert [o["metadata"]["name"] for o in admission.objects] == ["plain"]
+    (skipped,) = admission.skipped
+    assert str(skipped).startswith("SKIPPED Job/probed: spec.template.spec.containers[0].livenessProbe")

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import secrets
 import sys
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rehearse import Kill, Options, RehearsalError, format_table, run
 from rehearse.admission import Admission, InputError, admit
 from rehearse.manifests import ManifestError, load
 from rehearse.scale import SCALES, parse_pairs
-from rehearse.tiny_model import corpus_lines, save_tiny_model
 from trainctl.exit_codes import ExitCode
 
 EPILOG = """exit codes:
@@ -36,7 +39,7 @@ EPILOG = """exit codes:
        emulate, a command, package or model only the image or a hub has, no namespaces on this machine
   3    --skip-unsupported skipped something (listed as SKIPPED) and everything that ran completed:
        not everything was judged
-  130  interrupted (Ctrl-C): every pod was stopped; what ran so far is printed"""
+  130  interrupted (Ctrl-C): every pod was stopped; the pods that ran and their last states are printed"""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,7 +120,40 @@ def _report(admission: Admission) -> None:
         print(str(skipped))
 
 
+_POD_LINE = re.compile(r"^pod (?P<pod>\S+) (?P<what>started|ended: .*)")
+
+
+@dataclass
+class Progress:
+    """The run's progress lines (stderr unless --json), and each pod's last state, for a Ctrl-C report."""
+
+    echo: bool
+    started: float = field(default_factory=time.monotonic)
+    pods: dict[str, str] = field(default_factory=dict)
+
+    def log(self, line: str) -> None:
+        m = _POD_LINE.match(line)
+        if m:
+            self.pods[m.group("pod")] = "running" if m.group("what") == "started" else m.group("what")
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+
+
+def interrupted(progress: Progress | None, as_json: bool) -> None:
+    pods = progress.pods if progress else {}
+    seconds = time.monotonic() - progress.started if progress else 0.0
+    states = {pod: "stopped by Ctrl-C" if state == "running" else state for pod, state in pods.items()}
+    if as_json:
+        document = {"interrupted": True, "exit_code": int(ExitCode.INTERRUPTED), "wall_s": round(seconds, 2)}
+        print(json.dumps({**document, "pods": states}, indent=2))
+        return
+    print(f"interrupted (Ctrl-C) after {seconds:.1f} s: every pod was stopped; {len(states)} pod(s) ran")
+    for pod, state in states.items():
+        print(f"  {pod}  {state}")
+
+
 def run_command(args: argparse.Namespace) -> int:
+    progress: Progress | None = None
     try:
         manifests = load(args.files, recursive=args.recursive)
         try:
@@ -125,7 +161,9 @@ def run_command(args: argparse.Namespace) -> int:
             command_paths = parse_pairs(args.command_path, "--command-path")
         except ValueError as exc:
             raise RehearsalError(str(exc)) from exc
-        output_dir = (args.output_dir or Path(tempfile.mkdtemp(prefix="rehearsal-"))).resolve()
+        # Named now (the tiny model's path goes into the manifests), created only once the input is admitted.
+        output_dir = (args.output_dir or Path(tempfile.gettempdir()) / f"rehearsal-{secrets.token_hex(4)}").resolve()
+        progress = Progress(echo=not args.json)
         small_model = output_dir / "scale-small" / "model" if args.scale == "small" else None
         admission = admit(
             manifests.objects,
@@ -138,6 +176,9 @@ def run_command(args: argparse.Namespace) -> int:
         admission.notes[:0] = [f"named {g} (as the API server would)" for g in manifests.generated]
         host_paths = [p.resolve() for p in args.host_path] + [Path(p) for p in substitutes.values()]
         if small_model is not None:
+            # torch and transformers load only for --scale small (seconds; the rest of trainctl stays quick).
+            from rehearse.tiny_model import corpus_lines, save_tiny_model
+
             save_tiny_model(small_model, corpus_lines())
             host_paths.append(small_model)
         options = Options(
@@ -146,13 +187,17 @@ def run_command(args: argparse.Namespace) -> int:
             kills=tuple(Kill.parse(k) for k in args.kill),
             backoff_base_s=args.pod_backoff,
             host_paths=tuple(host_paths),
-            log=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
+            log=progress.log,
         )
         if not any(o["kind"] in ("Job", "RayJob", "RayCluster") for o in admission.objects):
             _report(admission)
             print("nothing ran: every workload was skipped", file=sys.stderr)
             return ExitCode.NO_EVIDENCE
         rehearsal = run(admission.objects, options)
+    except KeyboardInterrupt:
+        # run() stops every pod on the way out (its `finally`); what ran is what its log said.
+        interrupted(progress, args.json)
+        return ExitCode.INTERRUPTED
     except ManifestError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.ERROR
