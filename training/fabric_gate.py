@@ -23,7 +23,8 @@ workload sets it), after the process group is up and before the first step:
 
 On a CPU rehearsal (training/rehearsal.py) there is no NCCL and the gate reports NOT RUN with that reason. There
 only, FABRIC_GATE_INJECT=fallback:NODE or slow:NODE fakes the verdict of one node (a socket transport, or pairs
-with that node under the floor) over gloo, so the taint-and-requeue path can be rehearsed without GPUs.
+with that node under the floor) over gloo, so the taint-and-requeue path can be rehearsed without GPUs, and
+FABRIC_GATE_API_URL (+ FABRIC_GATE_API_TOKEN) names the rehearsal's API server instead of the in-cluster one.
 
 Standard library and torch only.
 """
@@ -75,6 +76,8 @@ POD_DIR_ENV = "FABRIC_GATE_POD_DIR"
 TERMINATION_LOG_ENV = "FABRIC_GATE_TERMINATION_LOG"
 RUN_ID_ENV = "FABRIC_GATE_RUN_ID"
 INJECT_ENV = "FABRIC_GATE_INJECT"
+API_URL_ENV = "FABRIC_GATE_API_URL"
+API_TOKEN_ENV = "FABRIC_GATE_API_TOKEN"
 NCCL_DEBUG_FILE_ENV = "NCCL_DEBUG_FILE"
 DEFAULT_POD_DIR = "/tmp/fabric-gate"
 DEFAULT_NCCL_LOG = f"{DEFAULT_POD_DIR}/nccl.%h.%p.log"
@@ -534,6 +537,9 @@ class KubeApi:
     @classmethod
     def in_cluster(cls, environ: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR) -> KubeApi | None:
         values = os.environ if environ is None else environ
+        if values.get(API_URL_ENV) and cpu_rehearsal():
+            # The rehearsal's API server (plain http on a private address); never read outside a CPU rehearsal.
+            return cls(values[API_URL_ENV], values.get(API_TOKEN_ENV, "rehearsal"))
         host, port = values.get("KUBERNETES_SERVICE_HOST"), values.get("KUBERNETES_SERVICE_PORT", "443")
         token = sa_dir / "token"
         if not host or not token.exists():
