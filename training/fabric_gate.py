@@ -427,6 +427,8 @@ class GateConfig:
     """KIND/NAME of the workload the Events name (Job/nvrx-fsdp, RayJob/ray-finetune)."""
     efa_devices: int | None = None
     run_seconds: float | None = None
+    run_id: str | None = None
+    """Which run the failures count against (default: FABRIC_GATE_RUN_ID, the Job's uid, 'default')."""
 
     def __post_init__(self) -> None:
         if self.enabled and self.floor is None:
@@ -452,6 +454,7 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     add("--fabric-gate-workload", default=None, help="KIND/NAME of the workload, for its Event")
     add("--fabric-gate-efa-devices", type=int, default=None, help="EFA devices each node should show")
     add("--fabric-gate-run-seconds", type=float, default=None, help="the configured run, for the cost's share")
+    add("--fabric-gate-run-id", default=None, help="the run gate failures count against (default: the Job's uid)")
 
 
 def gate_config(args: argparse.Namespace) -> GateConfig:
@@ -471,6 +474,7 @@ def gate_config(args: argparse.Namespace) -> GateConfig:
         workload=args.fabric_gate_workload,
         efa_devices=args.fabric_gate_efa_devices,
         run_seconds=args.fabric_gate_run_seconds,
+        run_id=args.fabric_gate_run_id,
     )
 
 
@@ -693,6 +697,37 @@ def record_failure(state_dir: Path | None, run_id: str, verdict: GateVerdict) ->
         return sum(1 for row in path.read_text().splitlines() if row.strip())
     except OSError:
         return None
+
+
+def write_shared_verdict(state_dir: Path | None, run_id: str, verdict: GateVerdict, exit_code: int) -> None:
+    """The job's verdict on the shared directory, for a driver that is not one of the ranks (Ray's)."""
+    if state_dir is None:
+        return
+    with contextlib.suppress(OSError):
+        write_pod_verdict(verdict, exit_code, state_dir).replace(state_dir / f"verdict-{run_id}.json")
+
+
+def read_shared_verdict(state_dir: Path | None, run_id: str, *, since: float) -> dict[str, Any] | None:
+    """The gate's failed verdict of this run written after `since` (seconds since the epoch), if any."""
+    if state_dir is None:
+        return None
+    path = state_dir / f"verdict-{run_id}.json"
+    try:
+        if path.stat().st_mtime < since:
+            return None
+    except OSError:
+        return None
+    verdict = read_pod_verdict(path)
+    if verdict is None or verdict.get("exit_code") not in (EXIT_RETRY, EXIT_FAILED):
+        return None
+    return verdict
+
+
+def run_id(config: GateConfig | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """Which run gate failures count against: --fabric-gate-run-id, FABRIC_GATE_RUN_ID, the Job's uid (JOB_UID),
+    else 'default'."""
+    values = os.environ if environ is None else environ
+    return (config.run_id if config else None) or values.get(RUN_ID_ENV) or values.get("JOB_UID") or "default"
 
 
 def exit_code_for(verdict: GateVerdict, failures: int | None, max_failures: int) -> int:

@@ -25,7 +25,6 @@ from training.fabric_gate import (
     NODE_NAME_ENV,
     POD_NAMESPACE_ENV,
     REHEARSAL_MESSAGE_BYTES,
-    RUN_ID_ENV,
     Bandwidth,
     GateConfig,
     GateFailedError,
@@ -45,8 +44,10 @@ from training.fabric_gate import (
     own_transport,
     read_efa,
     record_failure,
+    run_id,
     take_out,
     write_pod_verdict,
+    write_shared_verdict,
     write_termination_message,
 )
 
@@ -266,9 +267,10 @@ def run(config: GateConfig, *, backend: str, inject: Injection | None, started: 
     if rank == 0:
         namespace = os.environ.get(POD_NAMESPACE_ENV, "default")
         actions = take_out(verdict, KubeApi.in_cluster(), namespace=namespace, workload=config.workload)
-        run_id = os.environ.get(RUN_ID_ENV) or os.environ.get("JOB_UID") or "default"
-        failures = record_failure(config.state_dir, run_id, verdict)
+        run = run_id(config)
+        failures = record_failure(config.state_dir, run, verdict)
         code = [exit_code_for(verdict, failures, config.max_failures)]
+        write_shared_verdict(config.state_dir, run, verdict, code[0])
         print(verdict.summary(), file=out, flush=True)
         for action in actions:
             print(f"FABRIC GATE: {action}", file=out, flush=True)
