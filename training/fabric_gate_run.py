@@ -22,6 +22,7 @@ import torch.distributed as dist
 from training import emf
 from training.fabric_analyzer import Verdict
 from training.fabric_gate import (
+    INJECT_ENV,
     NODE_NAME_ENV,
     POD_NAMESPACE_ENV,
     REHEARSAL_MESSAGE_BYTES,
@@ -248,6 +249,9 @@ def run(config: GateConfig, *, backend: str, inject: Injection | None, started: 
     if inject is not None and bandwidth is not None:
         bandwidth = Bandwidth(config.floor.message_bytes, _injected_bandwidth(ctx, sorted({r.node for r in records})))
     verdict = decide(records, expected_ranks=world, bandwidth=bandwidth, floor=config.floor)
+    if inject is not None:
+        faked = f"CPU rehearsal with {INJECT_ENV}={inject.kind}:{inject.node}: transports and bandwidths are faked"
+        verdict = dataclasses.replace(verdict, reasons=(faked, *verdict.reasons))
     if verdict.outcome is Outcome.FAIL:
         verdict = localize(ctx, verdict, records)
     clock = torch.tensor([time.perf_counter() - started], device=device)
