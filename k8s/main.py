@@ -17,6 +17,7 @@ import cdk8s
 from infra.spec import ENVIRONMENTS, Environment
 from infra.spec.namespaces import RAY, TRAINING, TRAINING_NAMESPACES
 from k8s.charts.fabric import FabricJob, FabricJobsChart
+from k8s.charts.fabric_gate import FabricGateChart
 from k8s.charts.namespaces import NamespacesChart
 from k8s.charts.nvrx_job import NVRX_IMAGE, NvrxJobChart
 from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
@@ -35,6 +36,8 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
         return
     TrainingCodeChart(app, "training-code", namespaces=(RAY.name, TRAINING.name))
     lock.require_pinned(WORKLOAD_IMAGES)
+    # The identity of the gated workloads' fabric gate (the NVRx job in training, the RayJob's workers in ray).
+    FabricGateChart(app, "fabric-gate", namespaces=(RAY.name, TRAINING.name))
     RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
     RayJobChart(app, "ray-finetune", environment=environment, lock=lock, job=RayFinetuneJob())
     # One file each: the check and the A/B job both take every node of a two-node group.

@@ -210,6 +210,8 @@ class NvrxFsdpJob:
     # infra/addons/kueue.py), so a peer that cannot start (no node) gets the workload evicted and requeued by Kueue
     # before this pod gives up; a pod that does give up on a missing peer exits 3, which no FailJob rule matches.
     preconditions_timeout_s: int = 1500
+    # The fabric gate before step 1 (training/fabric_gate.py): on for every emitted job.
+    fabric_gate: bool = True
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -254,8 +256,14 @@ class NvrxFsdpJob:
             return self.inprocess.hard_timeout_s + self.inprocess.barrier_timeout_s
         return 1800
 
-    def training_argv(self, *, store_host: str) -> list[str]:
-        """The training module and its flags (the CLI of training/nvrx_fsdp.py)."""
+    @property
+    def fabric_gate_dir(self) -> str:
+        """Where the gate counts its failures per run: on the claim every pod mounts."""
+        return f"{self.checkpoint_dir}/fabric-gate"
+
+    def training_argv(self, *, store_host: str, gate_flags: list[str] | None = None) -> list[str]:
+        """The training module and its flags (the CLI of training/nvrx_fsdp.py); `gate_flags` from
+        k8s/fabric_gate_spec.py when the job is gated."""
         argv = [
             "-m",
             "training.nvrx_fsdp",
@@ -283,7 +291,7 @@ class NvrxFsdpJob:
                 # must be the one on pod 0, named explicitly.
                 f"--store-addr={store_host}:{INPROCESS_STORE_PORT}",
             ]
-        return argv
+        return argv + list(gate_flags or [])
 
     def watchdog_env(self) -> dict[str, str]:
         """PyTorch/NCCL settings NVRx needs, beside the fabric env (NVRx in-process usage guide)."""
@@ -314,9 +322,11 @@ def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: 
     """The container's shell script: pinned NVRx if the image lacks it; the training arguments validated and the
     pod's preconditions checked, each exiting 2 on failure (the Job's podFailurePolicy fails the Job at once:
     ft_launcher turns any worker failure into its own exit 1, so a bad flag must be caught before it starts);
-    then exec ft_launcher."""
+    then exec ft_launcher, under the fabric gate's supervisor when the job is gated (it exits the pod with the
+    gate's code, which ft_launcher would turn into 1)."""
     pip = shlex.join(["python", "-m", "pip", "install", "--no-cache-dir", *job.pip])
     rdzv_conf = f'"--rdzv-conf=is_host=$is_host,{job.ft_launcher.rendezvous_conf()}"'
+    supervisor = "python -m training.fabric_gate supervise -- " if job.fabric_gate else ""
     return "\n".join(
         [
             "set -euo pipefail",
@@ -327,6 +337,6 @@ def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: 
             f"mkdir -p {shlex.quote(job.checkpoint_dir)}",
             f"python {shlex.join(training_argv)} {CHECK_ARGS_FLAG}",
             preconditions,
-            f"exec {shlex.join(launcher_argv)} {rdzv_conf} {shlex.join(training_argv)}",
+            f"exec {supervisor}{shlex.join(launcher_argv)} {rdzv_conf} {shlex.join(training_argv)}",
         ]
     )

@@ -18,11 +18,23 @@ from infra.spec.namespaces import RAY
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR, gpu_group_selector, gpu_toleration
 from infra.spec.versions import RAY_VERSION
 from k8s.fabric_env import FabricProfile, fabric_env
+from k8s.fabric_gate_spec import TOKEN_ACK, gate_env, gate_pod
 from k8s.images import ImageLock
 from training.emf import AGENT_ENDPOINT_ENV, INSTANCE_TYPE_ENV, JOB_NAME_ENV
 
 RAY_IMAGE = "ray-train"
 CODE_CONFIGMAP = "training-code"
+# The fabric tools (training/fabric_*.py, nccl_tests.py) in a ConfigMap of their own: with them, one ConfigMap
+# would pass the 256 KiB that `kubectl apply` can store in its last-applied annotation.
+FABRIC_CODE_CONFIGMAP = "training-code-fabric"
+CODE_CONFIGMAPS = (CODE_CONFIGMAP, FABRIC_CODE_CONFIGMAP)
+
+
+def code_configmap(filename: str) -> str:
+    """Which ConfigMap carries training/<filename>."""
+    return FABRIC_CODE_CONFIGMAP if filename.startswith("fabric_") or filename == "nccl_tests.py" else CODE_CONFIGMAP
+
+
 CODE_ROOT = "/opt/ml-platform"
 # Ray's ports: GCS, dashboard and job API, client. ClusterIP only: nothing leaves the cluster.
 HEAD_PORTS = (("gcs", 6379), ("dashboard", 8265), ("client", 10001))
@@ -91,8 +103,8 @@ def env_list(values: Mapping[str, str]) -> list[dict[str, str]]:
 
 
 def code_volume() -> tuple[dict[str, Any], dict[str, Any]]:
-    """(volume, mount) of the training-code ConfigMap at CODE_ROOT/training."""
-    volume = {"name": "training-code", "configMap": {"name": CODE_CONFIGMAP}}
+    """(volume, mount) of the training-code ConfigMaps, projected into one directory at CODE_ROOT/training."""
+    volume = {"name": "training-code", "projected": {"sources": [{"configMap": {"name": n}} for n in CODE_CONFIGMAPS]}}
     mount = {"name": "training-code", "mountPath": f"{CODE_ROOT}/training", "readOnly": True}
     return volume, mount
 
@@ -228,7 +240,9 @@ def worker_group(
     count: WorkerCount,
     *,
     job_name: str,
+    gated: bool = False,
 ) -> dict[str, Any]:
+    """One GPU worker group; `gated`: its pods run the fabric gate (training/fabric_gate.py) with its identity."""
     parts = gpu_pod_parts(group, profile)
     gpus = parts.resources["limits"]["nvidia.com/gpu"]
     mounts: list[dict[str, Any]] = [{"name": "ray-logs", "mountPath": "/tmp/ray"}, *parts.mounts]
@@ -247,6 +261,48 @@ def worker_group(
         group=group,
         profile=profile,
     )
+    pod = hardened_pod(
+        {
+            "nodeSelector": gpu_group_selector(group.name),
+            "tolerations": [gpu_toleration()],
+            # KubeRay owns the worker container's command (`ray start`), so the pod's preconditions run
+            # first as an init container of the same image with the same GPUs and EFA devices (the kubelet
+            # hands an init container's devices on to the app container): a worker that cannot train
+            # never joins the cluster, and `kubectl describe` names the failed check.
+            "initContainers": [
+                {
+                    "name": PRECONDITIONS_CONTAINER,
+                    "image": image,
+                    "command": checks,
+                    "env": parts.env,
+                    "resources": parts.resources,
+                    "volumeMounts": parts.mounts,
+                    "securityContext": security,
+                }
+            ],
+            "containers": [
+                {
+                    "name": "ray-worker",
+                    "image": image,
+                    "env": [
+                        *parts.env,
+                        *env_list({**RAY_LOG_ENV, **emf_env(environment, job_name=job_name, group=group)}),
+                        *(gate_env() if gated else []),
+                    ],
+                    "resources": parts.resources,
+                    "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+                    "volumeMounts": mounts,
+                    # EFA memory registration (see MEMLOCK_NEEDED), as on the NVRx and fabric pods.
+                    "securityContext": security,
+                }
+            ],
+            "volumes": volumes,
+        }
+    )
+    annotations = {"checkov.io/skip1": _WORKER_IPC_LOCK_ACK}
+    if gated:
+        pod = gate_pod(pod)
+        annotations["checkov.io/skip2"] = TOKEN_ACK
     return {
         "groupName": group.name,
         "replicas": count.replicas,
@@ -257,45 +313,9 @@ def worker_group(
         "template": {
             "metadata": {
                 "labels": {"app.kubernetes.io/component": "ray-worker", "platform/gpu-group": group.name},
-                "annotations": {"checkov.io/skip1": _WORKER_IPC_LOCK_ACK},
+                "annotations": annotations,
             },
-            "spec": hardened_pod(
-                {
-                    "nodeSelector": gpu_group_selector(group.name),
-                    "tolerations": [gpu_toleration()],
-                    # KubeRay owns the worker container's command (`ray start`), so the pod's preconditions run
-                    # first as an init container of the same image with the same GPUs and EFA devices (the kubelet
-                    # hands an init container's devices on to the app container): a worker that cannot train
-                    # never joins the cluster, and `kubectl describe` names the failed check.
-                    "initContainers": [
-                        {
-                            "name": PRECONDITIONS_CONTAINER,
-                            "image": image,
-                            "command": checks,
-                            "env": parts.env,
-                            "resources": parts.resources,
-                            "volumeMounts": parts.mounts,
-                            "securityContext": security,
-                        }
-                    ],
-                    "containers": [
-                        {
-                            "name": "ray-worker",
-                            "image": image,
-                            "env": [
-                                *parts.env,
-                                *env_list({**RAY_LOG_ENV, **emf_env(environment, job_name=job_name, group=group)}),
-                            ],
-                            "resources": parts.resources,
-                            "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
-                            "volumeMounts": mounts,
-                            # EFA memory registration (see MEMLOCK_NEEDED), as on the NVRx and fabric pods.
-                            "securityContext": security,
-                        }
-                    ],
-                    "volumes": volumes,
-                }
-            ),
+            "spec": pod,
         },
     }
 
@@ -347,6 +367,7 @@ def ray_cluster_spec(
     job_name: str,
     profile: FabricProfile = FabricProfile.EFA,
     autoscaling: Autoscaling | None = None,
+    gated: bool = False,
 ) -> dict[str, Any]:
     """A Ray cluster over one GPU node group: one GPU type per Ray job (a job never mixes H100 and L4 workers).
     Without autoscaling, a fixed `workload_nodes` workers (a RayJob's own cluster); with it, zero to max_size."""
@@ -360,7 +381,7 @@ def ray_cluster_spec(
         "rayVersion": RAY_VERSION,
         "enableInTreeAutoscaling": autoscaling is not None,
         "headGroupSpec": head_group(environment, lock, autoscaling=autoscaling is not None),
-        "workerGroupSpecs": [worker_group(environment, group, lock, profile, count, job_name=job_name)],
+        "workerGroupSpecs": [worker_group(environment, group, lock, profile, count, job_name=job_name, gated=gated)],
     }
     if autoscaling is not None:
         spec["autoscalerOptions"] = autoscaling.options()

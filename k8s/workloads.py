@@ -54,6 +54,8 @@ class RayFinetuneJob:
     # outlives the cluster in the submitter pod (`kubectl logs -n ray job/<name>`); weights are on the claim.
     ttl_seconds_after_finished: int = 60
     backoff_limit: int = 0
+    # The fabric gate before step 1 (training/fabric_gate.py), on whenever the job's cluster has 2 or more nodes.
+    fabric_gate: bool = True
 
     def __post_init__(self) -> None:
         for name, value in (("steps", self.steps), ("batch_size", self.batch_size), ("seq_len", self.seq_len)):

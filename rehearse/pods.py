@@ -337,25 +337,18 @@ class Runtime:
                 path = self.output_dir / "claims" / plan.namespace / claim
                 path.mkdir(parents=True, exist_ok=True)
                 sources[name] = {"kind": "bind", "source": str(path)}
-            elif "configMap" in volume:
-                ref = volume["configMap"]
-                data = self.configmaps.get((plan.namespace, ref["name"]))
-                if data is None:
-                    if ref.get("optional"):
-                        data = {}
-                    else:
+            elif "configMap" in volume or "projected" in volume:
+                # A projected volume of ConfigMaps: each source's keys into the one directory, as the kubelet does.
+                refs = [volume["configMap"]] if "configMap" in volume else []
+                for source in volume.get("projected", {}).get("sources", []):
+                    if set(source) != {"configMap"}:
                         raise PodSetupError(
-                            f"pod {plan.name}: volume {name!r} needs ConfigMap {plan.namespace}/{ref['name']}, "
-                            "which is not in the files given"
+                            f"pod {plan.name}: projected volume {name!r} source {sorted(source)} is not supported"
                         )
+                    refs.append(source["configMap"])
                 path = directory / "configmaps" / name
-                items = ref.get("items") or [{"key": k, "path": k} for k in data]
-                for item in items:
-                    if item["key"] not in data:
-                        raise PodSetupError(f"pod {plan.name}: ConfigMap {ref['name']!r} has no key {item['key']!r}")
-                    target = path / item["path"]
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_text(data[item["key"]])
+                for ref in refs:
+                    self._write_configmap(plan, name, ref, path)
                 path.mkdir(parents=True, exist_ok=True)
                 sources[name] = {"kind": "bind", "source": str(path), "read_only": True}
             else:
@@ -363,6 +356,23 @@ class Runtime:
                     f"pod {plan.name}: volume {name!r} ({sorted(set(volume) - {'name'})}) is not supported"
                 )
         return sources
+
+    def _write_configmap(self, plan: PodPlan, volume: str, ref: dict[str, Any], path: Path) -> None:
+        data = self.configmaps.get((plan.namespace, ref["name"]))
+        if data is None:
+            if not ref.get("optional"):
+                raise PodSetupError(
+                    f"pod {plan.name}: volume {volume!r} needs ConfigMap {plan.namespace}/{ref['name']}, "
+                    "which is not in the files given"
+                )
+            data = {}
+        items = ref.get("items") or [{"key": k, "path": k} for k in data]
+        for item in items:
+            if item["key"] not in data:
+                raise PodSetupError(f"pod {plan.name}: ConfigMap {ref['name']!r} has no key {item['key']!r}")
+            target = path / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(data[item["key"]])
 
     def _mounts(self, plan: PodPlan, directory: Path, files: dict[str, Path]) -> list[dict[str, Any]]:
         volumes = self._volumes(plan, directory)

@@ -29,6 +29,7 @@ from typing import Any
 
 from infra.spec import ENVIRONMENTS, ConfigError, Environment, GpuNodeGroupConfig, get_environment
 from infra.spec.versions import HELM_CHARTS
+from trainctl import gate_taints
 from trainctl.arguments import node_count, seconds
 from trainctl.aws import Aws, AwsError, describe_nodegroup, describe_update, update_nodegroup_scaling
 from trainctl.eks_auth import (
@@ -192,7 +193,7 @@ class Expectation:
 
 def node_problems(node: NodeView, expected: Expectation, pods: Mapping[str, Sequence[PodView]]) -> list[str]:
     """What keeps one node from running a whole-node GPU+EFA pod; empty when nothing does."""
-    problems = []
+    problems = gate_taints.problems(node.name, node.taints)
     if not node.ready:
         problems.append(f"not Ready: {node.ready_reason}")
     for resource, want in ((GPU_RESOURCE, expected.gpus), (EFA_RESOURCE, expected.efa)):

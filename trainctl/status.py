@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainctl import gate_taints
 from trainctl.eks_auth import ConnectError, Target, add_connection_arguments, connect
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import KubeError, Pod, api_errors, find_head_pod
@@ -75,6 +76,9 @@ class StatusReport:
     head: Pod | None = None
     jobs: list[RayJob] | None = None
     rayjobs: list[RayJobObject] | None = None
+    gate_tainted: list[gate_taints.GateTaint] | None = None
+    """Nodes the fabric gate took out; None when the nodes could not be listed (a warning, not an error)."""
+    warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -91,6 +95,7 @@ class StatusReport:
             "exit_code": int(self.exit_code),
             "ray_jobs": None if self.jobs is None else [job.to_json() for job in self.jobs],
             "rayjobs": None if self.rayjobs is None else [job.to_json() for job in self.rayjobs],
+            "gate_tainted_nodes": None if self.gate_tainted is None else [t.to_json() for t in self.gate_tainted],
             "errors": list(self.errors),
         }
 
@@ -131,7 +136,10 @@ class StatusReport:
                 out.append(table(["NAME", "JOB STATUS", "DEPLOYMENT", "RAY CLUSTER", "START", "END"], rows))
             else:
                 out.append("  (none)")
-        err = "".join(f"error: {message}\n" for message in self.errors)
+        if self.gate_tainted:
+            out += ["", *gate_taints.render(self.gate_tainted)]
+        err = "".join(f"warning: {message}\n" for message in self.warnings)
+        err += "".join(f"error: {message}\n" for message in self.errors)
         return ("\n".join(out) + "\n") if out else "", err
 
 
@@ -163,6 +171,10 @@ def collect(target: Target, progress: Progress | None = None) -> StatusReport:
         report.rayjobs = list_rayjobs(target.api, target.namespace, timeout=target.request_timeout)
     except KubeError as exc:
         report.errors.append(str(exc))
+    try:
+        report.gate_tainted = gate_taints.list_gate_tainted(target.api, timeout=target.request_timeout)
+    except KubeError as exc:
+        report.warnings.append(f"fabric-gate taints not shown: {exc}")
     return report
 
 

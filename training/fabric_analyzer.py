@@ -8,7 +8,10 @@ that wrote NCCL lines (a "rank", identified by host and pid), which network NCCL
     efa       aws-ofi-nccl loaded, selected the libfabric `efa` provider, and NCCL used the plugin's
               network ("Using network AWS Libfabric" / "Libfabric", channels "via NET/AWS Libfabric/...")
     degraded  not EFA and not plain sockets: aws-ofi-nccl selected another provider (tcp, sockets,
-              tcp;ofi_rxm, shm, ...), or NCCL used another network of its own (e.g. NET/IB)
+              tcp;ofi_rxm, shm, ...), NCCL used another network of its own (NET/IB, e.g. soft-RoCE
+              `NET/IB : Using [0]rxe0:1/RoCE`), or libfabric's efa provider found no device
+              (`fi_getinfo: provider efa output empty list`): on this platform anything but EFA through
+              aws-ofi-nccl is a fallback
     socket    aws-ofi-nccl failed or was absent and NCCL used its internal socket transport
               ("Using network Socket", "via NET/Socket/...", "Initialized NET plugin Socket", or
               "NET/Socket : Using ..." after the plugin failed / "NET/IB : No device found.")
@@ -41,7 +44,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from typing import Any, BinaryIO, TextIO
 
@@ -97,6 +100,11 @@ _RAY_DEDUP = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 _TIMESTAMP = re.compile(
     r"\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?\]?[\s|]+"
 )
+# A copy from the CloudWatch console glues the timestamp column to the message: `...04.208-07:00ip-10-36-29-253:...`.
+# Only a timestamp with a zone ends unambiguously, so only that one is stripped when a letter follows directly.
+_GLUED_TIMESTAMP = re.compile(
+    r"\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:\d{2})\]?(?=[A-Za-z])"
+)
 _KUBECTL = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\]\s+")
 _MPIRUN = re.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:")
 _RAY = re.compile(r"\((?P<actor>[^()\s]*)\s*pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?[^()]*\)\s+")
@@ -129,6 +137,18 @@ _OFI_FAILED = re.compile(
 )
 _NO_NETWORK = re.compile(r"Failed to initialize any NET plugin|Error: network .+ not found")
 _IB_NO_DEVICE = re.compile(r"NET/IB ?: ?No device found")
+_IB_INIT = re.compile(r"NET/IB ?: ?Using (?P<devices>\[\d+\]\S+(?: \[\d+\]\S+)*)")
+# libfabric's own log line (FI_LOG_LEVEL=warn), not NCCL's:
+# `libfabric:PID:TIME::core:core:fi_getinfo_():1391<warn> ...`.
+_EFA_EMPTY = re.compile(r"fi_getinfo: provider efa output empty list")
+_LIBFABRIC_PID = re.compile(r"libfabric:(?P<pid>\d+):\d+:")
+_GDR_CHANNEL = re.compile(r"^(?:Channel|Ring|Tree) \d+(?:/\d+)? : .*?\bvia NET/(?P<name>[^/]+?)/\d+/GDRDMA")
+# NCCL's error traces (`graph/topo.cc:683 -> 2`) and warnings while it reads the node's PCI/NVLink topology.
+_TOPO_FAILED = re.compile(
+    r"\bgraph/(?:topo|xml|search|paths|connect|tuning)\.cc:\d+ -> \d+|Could not find real path of|ncclTopo\w+.* failed"
+)
+_INIT_STARTED = re.compile(r"^NCCL version |^Bootstrap ?: ?Using")
+_INIT_COMPLETE = re.compile(r"Init COMPLETE")
 _SOCKET_INIT = re.compile(r"NET/Socket ?: ?Using \[")
 _RANK = re.compile(r"\brank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)")
 _CUDA_DEV = re.compile(r"\bcudaDev (?P<dev>\d+)")
@@ -149,6 +169,12 @@ class Signal(StrEnum):
     NO_NETWORK = "no-network"
     IB_NO_DEVICE = "ib-no-device"
     SOCKET_INIT = "socket-init"
+    IB_INIT = "ib-init"  # "NET/IB : Using [0]dev:port/RoCE": NCCL's own IB transport came up
+    EFA_EMPTY = "efa-empty"  # libfabric: "fi_getinfo: provider efa output empty list"
+    GDR_CHANNEL = "gdr-channel"  # "Channel ... via NET/X/N/GDRDMA"
+    TOPO_FAILED = "topo-failed"
+    INIT_STARTED = "init-started"
+    INIT_COMPLETE = "init-complete"
 
 
 NETWORK_IN_USE = (Signal.USING_NETWORK, Signal.ASSIGNED, Signal.CHANNEL)
@@ -188,6 +214,8 @@ class RankVerdict:
     ofi_nccl_version: str | None = None
     plugin_error: str | None = None
     """Why aws-ofi-nccl was not used, in its own or NCCL's words, when a line says it."""
+    advice: str | None = field(default=None, compare=False)
+    """For an unknown rank: what to do instead of the generic NCCL_DEBUG hint (topology failure, truncated log)."""
 
     @property
     def name(self) -> str:
@@ -280,6 +308,9 @@ class FabricReport:
                 "RAY_DEDUP_LOGS=0 for Ray jobs (or the worker session logs), every pod of the job"
             )
         unknown = [r for r in self.ranks if r.verdict is Verdict.UNKNOWN]
+        advice = {r.advice for r in unknown}
+        if len(advice) == 1 and None not in advice:
+            return f"UNKNOWN: {len(unknown)} of {n} rank(s) have no line saying which network NCCL used: {advice.pop()}"
         stopped = [r for r in unknown if r.plugin_error]
         if len(stopped) == len(unknown):
             return (
@@ -422,7 +453,7 @@ def _strip_wrappers(line: str) -> tuple[str, Key | None]:
     while True:
         while position < len(line) and line[position] in " \t":
             position += 1
-        for pattern in (_TIMESTAMP, _KUBECTL, _MPIRUN, _RAY):
+        for pattern in (_TIMESTAMP, _GLUED_TIMESTAMP, _KUBECTL, _MPIRUN, _RAY):
             match = pattern.match(line, position)
             if match:
                 break
@@ -464,6 +495,8 @@ def parse_line(line: str) -> Iterator[_Parsed]:
             line, wrapper = unwrapped
     for segment in _LINE_BREAKS.split(line):
         if "NCCL " not in segment:
+            if _EFA_EMPTY.search(segment):
+                yield _libfabric_line(segment, wrapper)
             continue
         rest, identity = _strip_wrappers(segment)
         split = split_nccl(rest)
@@ -477,6 +510,18 @@ def parse_line(line: str) -> Iterator[_Parsed]:
             message=_RAY_DEDUP.sub("", message).strip(),
             text=segment.strip(),
         )
+
+
+def pid_key(pid: int) -> Key:
+    """The identity of a line known only by its process id (libfabric's own lines); joins the one NCCL rank with it."""
+    return ("<pid>", pid)
+
+
+def _libfabric_line(segment: str, wrapper: Key | None) -> _Parsed:
+    rest, identity = _strip_wrappers(segment)
+    pid = _LIBFABRIC_PID.search(rest)
+    key = pid_key(int(pid["pid"])) if pid else identity or wrapper
+    return _Parsed(nccl=None, wrapper=key, dev=None, message=rest.strip(), text=segment.strip())
 
 
 def split_nccl(text: str) -> tuple[re.Match[str] | None, str] | None:
@@ -497,6 +542,8 @@ _NAMED = (
     (_PROVIDER, Signal.PROVIDER, "provider"),
     (_PLUGIN_LOADED, Signal.PLUGIN_LOADED, "name"),
     (_OFI_VERSION, Signal.OFI_VERSION, "version"),
+    (_IB_INIT, Signal.IB_INIT, "devices"),
+    (_GDR_CHANNEL, Signal.GDR_CHANNEL, "name"),
 )
 _FLAGS = (
     (_PLUGIN_MISSING, Signal.PLUGIN_MISSING),
@@ -504,6 +551,10 @@ _FLAGS = (
     (_NO_NETWORK, Signal.NO_NETWORK),
     (_IB_NO_DEVICE, Signal.IB_NO_DEVICE),
     (_SOCKET_INIT, Signal.SOCKET_INIT),
+    (_EFA_EMPTY, Signal.EFA_EMPTY),
+    (_TOPO_FAILED, Signal.TOPO_FAILED),
+    (_INIT_STARTED, Signal.INIT_STARTED),
+    (_INIT_COMPLETE, Signal.INIT_COMPLETE),
 )
 
 
@@ -549,7 +600,8 @@ class Analyzer:
     def _add(self, parsed: _Parsed, evidence: Evidence, source: str) -> None:
         if parsed.nccl is not None:
             key, table = parsed.nccl, self._ranks
-            for alias in (parsed.wrapper, _source_key(source)):
+            pid = parsed.nccl[1]
+            for alias in (parsed.wrapper, _source_key(source), None if pid is None else pid_key(pid)):
                 if alias is not None:
                     self._aliases.setdefault(alias, set()).add(parsed.nccl)
         else:
@@ -587,7 +639,7 @@ class Analyzer:
                 alone.append(_copy(state))
         states = [*ranks.values(), *alone]
         verdicts = sorted(
-            (judge(state) for state in states),
+            (verdict for state in states for verdict in _judge_rows(state)),
             key=lambda r: (r.rank is None, r.rank or 0, r.host, -1 if r.pid is None else r.pid),
         )
         notes = []
@@ -610,6 +662,29 @@ class Analyzer:
             world_size=world or None,
             ranks_seen=len(seen),
         )
+
+
+def _judge_rows(state: _RankState) -> list[RankVerdict]:
+    """One row per rank. Lines without a host:pid prefix that say they come from several ranks (`rank R nranks N`)
+    cannot be told apart: a fallback among them stays one row (some rank fell back), anything else becomes one
+    unknown row per rank, never one row that passes for all of them."""
+    verdict = judge(state)
+    world = max(state.comms, default=None)
+    ranks = sorted(state.comms[world]) if world is not None else []
+    if state.pid is not None or len(ranks) < 2:
+        return [verdict]
+    listed = ", ".join(str(r) for r in ranks)
+    why = f"lines of ranks {listed} carry no host:pid prefix"
+    if verdict.verdict in (Verdict.SOCKET, Verdict.DEGRADED):
+        return [replace(verdict, reason=f"{why}; at least one of them: {verdict.reason}")]
+    advice = (
+        f"{why}, so which rank used which network cannot be told ({verdict.verdict.value} for their lines together); "
+        "keep NCCL's host:pid:tid prefix in the log (a wrapper or log shipper stripped it), or collect one log per rank"
+    )
+    return [
+        replace(verdict, rank=rank, verdict=Verdict.UNKNOWN, reason=advice, advice=advice, cuda_dev=None)
+        for rank in ranks
+    ]
 
 
 def _copy(state: _RankState) -> _RankState:
@@ -647,6 +722,7 @@ def judge(state: _RankState) -> RankVerdict:
     cause = _plugin_trouble(state)
     context = cause or _plugin_context(state)
     picked: list[Found] = []
+    advice: str | None = None
 
     def how(accept: Callable[[str], bool]) -> str:
         lines = [found for found in used if accept(found[1])]
@@ -669,18 +745,35 @@ def judge(state: _RankState) -> RankVerdict:
         network = ofi[0]
         described = how(_is_ofi)
         picked.extend(provider_lines[:2])
+        gdr = [found for found in state.of(Signal.GDR_CHANNEL) if _is_ofi(found[1])]
         if bad_providers:
             verdict = Verdict.DEGRADED
             reason = f"aws-ofi-nccl selected provider {bad_providers[0]!r}, not efa ({described})"
         elif providers:
             verdict = Verdict.EFA
             reason = f"{_provider_detail(state)}; {described}"
+        elif gdr:
+            # GPUDirect RDMA through aws-ofi-nccl: on AWS only libfabric's efa provider registers GPU memory
+            # with the NIC, so GDRDMA channels are EFA even where no 'Selected provider' line survived.
+            verdict = Verdict.EFA
+            reason = f"{gdr[0][2].count} GPUDirect RDMA channel line(s) via NET/{gdr[0][1]}/N/GDRDMA; {described}"
+            picked.extend(gdr[:1])
         else:
             verdict = Verdict.UNKNOWN
             reason = (
                 f"NCCL used the aws-ofi-nccl network ({described}) but no 'NET/OFI Selected provider' line "
                 f"says which libfabric provider; {DEBUG_HINT}"
             )
+    elif state.of(Signal.IB_INIT):
+        # NCCL's own IB transport (here often soft-RoCE, rxe0): on this platform anything but EFA through
+        # aws-ofi-nccl is a fallback.
+        ib = state.of(Signal.IB_INIT)
+        verdict, network = Verdict.DEGRADED, "IB"
+        reason = f"NCCL brought up its own IB transport on {ib[0][1]} (NET/IB : Using ...), not aws-ofi-nccl" + (
+            f"; {context}" if context else ""
+        )
+        picked.extend(ib[:1])
+        picked.extend(_trouble_lines(state))
     elif state.of(Signal.SOCKET_INIT) and (cause or state.of(Signal.IB_NO_DEVICE)):
         verdict, network = Verdict.SOCKET, "Socket"
         reason = "NCCL brought up only its socket transport (NET/Socket : Using ...)" + (
@@ -699,6 +792,13 @@ def judge(state: _RankState) -> RankVerdict:
             f"('Using network ...', channels via NET/...); {DEBUG_HINT}"
         )
         picked.extend(provider_lines[:1])
+    elif state.of(Signal.EFA_EMPTY):
+        verdict = Verdict.DEGRADED
+        reason = (
+            "libfabric's efa provider found no device in this process (fi_getinfo: provider efa output empty list): "
+            "it cannot use EFA, whatever NCCL did next"
+        )
+        picked.extend(_trouble_lines(state))
     elif cause:
         verdict = Verdict.UNKNOWN
         reason = f"{cause}; no line says which network NCCL used"
@@ -710,8 +810,10 @@ def judge(state: _RankState) -> RankVerdict:
         verdict = Verdict.UNKNOWN
         loaded = state.of(Signal.PLUGIN_LOADED, Signal.OFI_VERSION)
         reason = "no network-selection lines" + (" (aws-ofi-nccl loaded, then nothing)" if loaded else "")
-        reason += f"; {DEBUG_HINT}"
+        advice = _unknown_advice(state)
+        reason += f"; {advice or DEBUG_HINT}"
         picked.extend(loaded[:1])
+        picked.extend(state.of(Signal.TOPO_FAILED)[:2])
     picked.extend(state.of(Signal.OFI_VERSION)[:1])
     evidence = sorted({tally.first[0] for _, _, tally in picked}, key=lambda e: e.order)
     world = max(state.comms, default=None)
@@ -729,7 +831,29 @@ def judge(state: _RankState) -> RankVerdict:
         nccl_version=state.nccl_version,
         ofi_nccl_version=state.ofi_version,
         plugin_error=cause or None,
+        advice=advice,
     )
+
+
+TOPOLOGY_ADVICE = (
+    "NCCL failed while detecting the node's topology (GPUs, PCI, NICs under /sys), before it chose a network: "
+    "check what the pod sees (the NVIDIA device plugin's GPUs, /sys mounted, NCCL_TOPO_FILE if set), not the "
+    "network settings"
+)
+TRUNCATED_ADVICE = (
+    "NCCL_DEBUG=INFO is in effect (NCCL's initialization lines are there) but the log stops before NCCL chose a "
+    "network and before 'Init COMPLETE': the capture is truncated (a log tail, a size or retention limit) or the "
+    "process died during init; collect the whole log (kubectl logs --previous for a restarted container)"
+)
+
+
+def _unknown_advice(state: _RankState) -> str | None:
+    """Advice more specific than DEBUG_HINT for a rank whose log says why there is no network line."""
+    if state.of(Signal.TOPO_FAILED):
+        return TOPOLOGY_ADVICE
+    if state.of(Signal.INIT_STARTED) and not state.of(Signal.INIT_COMPLETE):
+        return TRUNCATED_ADVICE
+    return None
 
 
 def _describe(lines: list[Found]) -> str:
@@ -763,6 +887,9 @@ def _provider_detail(state: _RankState) -> str:
 
 def _plugin_trouble(state: _RankState) -> str:
     """Why the plugin was not used, from its own lines (empty when nothing says)."""
+    empty = state.of(Signal.EFA_EMPTY)
+    if empty:
+        return f"libfabric found no EFA device: {_message(empty[0][2])}"
     failed = state.of(Signal.OFI_FAILED)
     if failed:
         return f"aws-ofi-nccl failed: {_message(failed[0][2])}"
@@ -783,6 +910,7 @@ def _plugin_context(state: _RankState) -> str:
 
 def _trouble_lines(state: _RankState) -> list[Found]:
     return [
+        *state.of(Signal.EFA_EMPTY)[:1],
         *state.of(Signal.OFI_FAILED)[:2],
         *state.of(Signal.PLUGIN_MISSING)[:1],
         *state.of(Signal.IB_NO_DEVICE)[:1],

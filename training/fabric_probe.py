@@ -1,7 +1,7 @@
 """All-reduce bandwidth probe: the nccl-tests `all_reduce_perf` sweep, in PyTorch distributed.
 
     torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --master-addr $HEAD --master-port 29500 \\
-        -m training.fabric_probe --max-bytes 1G --floor-gbps 349.6 --output-json /tmp/fabric/efa.json
+        -m training.fabric_probe --max-bytes 2G --floor-gbps 350.2 --output-json /tmp/fabric/efa.json
 
 Every rank reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (torchrun sets them). On GPUs
 the collective is NCCL on `cuda:LOCAL_RANK`; without GPUs it is gloo on the CPU (tests, laptops).

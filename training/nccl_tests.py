@@ -1,8 +1,8 @@
 """The all-reduce report that the fabric probe and NVIDIA's nccl-tests both produce, and a parser for
 `all_reduce_perf` output.
 
-    python -m training.nccl_tests all_reduce.log [--json] [--floor-gbps 349.6] [--floor-min-bytes 1G]
-    mpirun ... all_reduce_perf -b 8 -e 1G -f 2 | python -m training.nccl_tests - --floor-gbps 349.6
+    python -m training.nccl_tests all_reduce.log [--json] [--floor-gbps 350.2] [--floor-min-bytes 2G]
+    mpirun ... all_reduce_perf -b 8 -e 2G -f 2 | python -m training.nccl_tests - --floor-gbps 350.2
 
 Definitions follow nccl-tests (`src/common.cu`, `src/all_reduce.cu`, `doc/PERFORMANCE.md`):
 - algbw = bytes / time, in GB/s with 1 GB = 1e9 bytes (not GiB);

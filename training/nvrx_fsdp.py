@@ -42,7 +42,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from transformers import AutoTokenizer, PreTrainedModel
 
 from training import checkpointing as ckpt
-from training import emf
+from training import emf, fabric_gate
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.faults import FaultInjector, FaultKind, FaultSpec, check_fault, check_rank, default_marker, parse_fault
 from training.fsdp import load_model, shard_model
@@ -170,6 +170,7 @@ class Job:
     metrics_file: Path | None = None
     pg_timeout_s: float | None = None
     log_every: int = 1
+    gate: fabric_gate.GateConfig = field(default_factory=fabric_gate.GateConfig)
 
     def __post_init__(self) -> None:
         for flag, value in (
@@ -298,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--fault-rank", type=int, default=None, help="rank that fails (default 0)")
     group.add_argument("--fault-marker", type=Path, default=None, help="fire-once marker (default: in --ckpt-dir)")
 
+    fabric_gate.add_gate_arguments(parser)
+
     group = parser.add_argument_group("output")
     group.add_argument("--metrics-file", type=Path, default=None, help="JSON metrics, written by rank 0 at the end")
     parser.add_argument(
@@ -340,6 +343,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         metrics_file=args.metrics_file.resolve() if args.metrics_file is not None else None,
         pg_timeout_s=args.pg_timeout,
         log_every=args.log_every,
+        gate=fabric_gate.gate_config(args),
     )
 
 
@@ -618,6 +622,8 @@ class Session:
     def run(self) -> None:
         job = self.job
         self._init_process_group()
+        if job.gate.enabled and self.iteration == 0:
+            self._fabric_gate()
         rank, world_size = dist.get_rank(), dist.get_world_size()
         if job.fault is not None:
             check_rank(job.fault, world_size)
@@ -644,6 +650,18 @@ class Session:
         dist.barrier()
         self.heartbeats.stop()
         self._release()
+
+    def _fabric_gate(self) -> None:
+        """The fabric gate before the model is built (training/fabric_gate.py). A failed gate ends the process with
+        the gate's code: raised, the NVRx Wrapper would restart this function in-process into the same verdict; the
+        pod's supervisor (`python -m training.fabric_gate supervise`) reads the verdict and exits the pod with it."""
+        try:
+            fabric_gate.run_gate(self.job.gate, backend=self.plan.backend, stdout=sys.stdout)
+        except fabric_gate.GateFailedError as failed:
+            log(f"fabric gate failed: exit {failed.exit_code}")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(failed.exit_code)
 
     def _start_metrics(self, rank: int, world_size: int) -> None:
         """Rank 0 publishes EMF lines (training/emf.py): a restart now, throughput every --log-every steps."""

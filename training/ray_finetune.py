@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from training import emf
+from training import emf, fabric_gate
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.fsdp import load_model, shard_model
 from training.rehearsal import cpu_rehearsal
@@ -70,6 +72,7 @@ class TrainJob:
     seed: int
     data: str
     device: DevicePlan
+    gate: fabric_gate.GateConfig = field(default_factory=fabric_gate.GateConfig)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     device = worker_device(job.device)
+    if job.gate.enabled:
+        # Before the model: the gate's sweep needs the GPU memory the model will take. A failed gate raises
+        # GateFailedError here; the driver exits with the code the gate wrote to the shared directory.
+        os.environ.setdefault("LOCAL_RANK", str(context.get_local_rank()))
+        fabric_gate.run_gate(job.gate, backend=job.device.backend, stdout=sys.stdout)
     torch.manual_seed(job.seed)
     model = load_model(job.model)
     tokenizer = load_tokenizer(job)
@@ -291,7 +299,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--data", default="synthetic", help="'synthetic' or a local .txt/.jsonl file (default: %(default)s)")
     add("--storage-path", default=None, help="Ray Train storage for checkpoints (default: Ray's, ~/ray_results)")
     add("--output-json", type=Path, default=None, help="write the final metrics and checkpoint path here")
+    fabric_gate.add_gate_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        args.gate = fabric_gate.gate_config(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     for name in ("num_workers", "steps", "batch_size", "seq_len"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -333,8 +346,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         data=data,
         device=plan_device(use_gpu),
+        gate=args.gate,
     )
-    summary = run(job, args.num_workers, absolute_storage(args.storage_path))
+    started = time.time()
+    try:
+        summary = run(job, args.num_workers, absolute_storage(args.storage_path))
+    except Exception:
+        # Ray Train wraps the workers' GateFailedError; the gate's own verdict on the shared directory says more.
+        verdict = fabric_gate.read_shared_verdict(job.gate.state_dir, fabric_gate.run_id(job.gate), since=started)
+        if verdict is None:
+            raise
+        print(verdict["summary"], file=sys.stderr, flush=True)
+        return int(verdict["exit_code"])
     print(summary_text(summary))
     if args.output_json is not None:
         args.output_json.write_text(json.dumps(asdict(summary), indent=2) + "\n", encoding="utf-8")

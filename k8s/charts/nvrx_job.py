@@ -17,6 +17,7 @@ from constructs import Construct
 from infra.spec import Environment, GpuNodeGroupConfig
 from infra.spec.namespaces import TRAINING
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
+from k8s.fabric_gate_spec import EXIT_FAILED, EXIT_RETRY, TOKEN_ACK, gate_env, gate_flags, gate_pod
 from k8s.images import ImageLock
 from k8s.job_parts import (
     SharedDirCheck,
@@ -83,7 +84,17 @@ class NvrxJobChart(cdk8s.Chart):
             nodes=self.nodes, gpus_per_node=gpu.count, rendezvous_host=host, rendezvous_id=job.name
         )
         self.launcher_argv = launcher
-        self.training_argv = job.training_argv(store_host=host)
+        gate = (
+            gate_flags(
+                group,
+                state_dir=job.fabric_gate_dir,
+                workload=f"Job/{job.name}",
+                run_seconds=job.active_deadline_seconds,
+            )
+            if job.fabric_gate
+            else None
+        )
+        self.training_argv = job.training_argv(store_host=host, gate_flags=gate)
         # Checked at each pod's start: the image's Python and torch (lock), the pinned start-time packages, the
         # NCCL net plugin, EFA devices and memlock; and that every pod sees the checkpoint directory (markers
         # under it, per run of the Job: its uid).
@@ -104,13 +115,16 @@ class NvrxJobChart(cdk8s.Chart):
         )
         headless_service(self, job.name, PORTS)
         self.spec = self._job_spec(environment, group, job, lock.pinned(NVRX_IMAGE))
-        cdk8s.ApiObject(
-            self,
-            job.name,
-            api_version="batch/v1",
-            kind="Job",
-            metadata=efa_job_metadata(job.name, labels=queue_labels(environment, group.name)),
-        ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
+        metadata = efa_job_metadata(job.name, labels=queue_labels(environment, group.name))
+        if job.fabric_gate:
+            metadata = cdk8s.ApiObjectMetadata(
+                name=job.name,
+                labels=metadata.labels,
+                annotations={**(metadata.annotations or {}), "checkov.io/skip2": TOKEN_ACK},
+            )
+        cdk8s.ApiObject(self, job.name, api_version="batch/v1", kind="Job", metadata=metadata).add_json_patch(
+            cdk8s.JsonPatch.add("/spec", self.spec)
+        )
 
     def _job_spec(
         self, environment: Environment, group: GpuNodeGroupConfig, job: NvrxFsdpJob, image: str
@@ -122,6 +136,7 @@ class NvrxJobChart(cdk8s.Chart):
             # Model weights are downloaded once to the shared file system, not once per pod.
             {"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"},
             job_uid_env(),
+            *(gate_env() if job.fabric_gate else []),
         ]
         # NVRx checkpoints only on the claim every pod mounts: refused where the environment has none.
         checkpoints = checkpoint_claim(environment, workload=f"NVRx job {job.name}", pods=self.nodes)
@@ -149,6 +164,8 @@ class NvrxJobChart(cdk8s.Chart):
                 "volumes": [*parts.volumes, checkpoints],
             }
         )
+        if job.fabric_gate:
+            pod = gate_pod(pod)
         return {
             "completionMode": "Indexed",
             "completions": self.nodes,
@@ -167,9 +184,26 @@ class NvrxJobChart(cdk8s.Chart):
                     },
                     # Node drain, preemption, eviction: replace the pod without counting a failure.
                     {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    *(self._gate_rules() if job.fabric_gate else []),
                 ]
             },
             "activeDeadlineSeconds": job.active_deadline_seconds,
             "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
             "template": {"metadata": {"labels": {"app.kubernetes.io/name": job.name}}, "spec": pod},
         }
+
+    @staticmethod
+    def _gate_rules() -> list[dict[str, Any]]:
+        """The fabric gate's exit codes (training/fabric_gate.py): a failure it took a node out for is retried without
+        counting against backoffLimit (the gate bounds its own failures per run, on the checkpoint claim, and exits
+        EXIT_FAILED when they are spent); EXIT_FAILED fails the Job with the verdict in the termination message."""
+        return [
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [EXIT_FAILED]},
+            },
+            {
+                "action": "Ignore",
+                "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [EXIT_RETRY]},
+            },
+        ]

@@ -13,15 +13,17 @@ from constructs import Construct
 from infra.spec import Environment
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 from k8s.fabric_env import FabricProfile
+from k8s.fabric_gate_spec import gate_flags
 from k8s.images import ImageLock
 from k8s.queueing import ELASTIC_JOB_ANNOTATION, queue_labels
 from k8s.ray_spec import (
     CHECKPOINT_MOUNT,
-    CODE_CONFIGMAP,
+    CODE_CONFIGMAPS,
     NAMESPACE,
     RAY_IMAGE,
     WorkloadError,
     checkpoint_claim,
+    code_configmap,
     gpu_group,
     hardened_pod,
     ray_cluster_spec,
@@ -48,8 +50,8 @@ def configmap_data_bytes(data: dict[str, str]) -> int:
 
 
 class TrainingCodeChart(cdk8s.Chart):
-    """training/*.py shipped as a ConfigMap in each workload namespace and mounted on the pods
-    that run it: no image build."""
+    """training/*.py shipped as ConfigMaps in each workload namespace (the fabric tools in one of their own, see
+    k8s/ray_spec.py code_configmap) and projected into one directory on the pods that run it: no image build."""
 
     def __init__(
         self,
@@ -72,13 +74,16 @@ class TrainingCodeChart(cdk8s.Chart):
                 "a second ConfigMap or bake it into the image"
             )
         for namespace in namespaces:
-            cdk8s.ApiObject(
-                self,
-                f"code-{namespace}",
-                api_version="v1",
-                kind="ConfigMap",
-                metadata=cdk8s.ApiObjectMetadata(name=CODE_CONFIGMAP, namespace=namespace),
-            ).add_json_patch(cdk8s.JsonPatch.add("/data", files))
+            for configmap in CODE_CONFIGMAPS:
+                part = {name: text for name, text in files.items() if code_configmap(name) == configmap}
+                suffix = configmap.removeprefix("training-code")
+                cdk8s.ApiObject(
+                    self,
+                    f"code{suffix}-{namespace}",
+                    api_version="v1",
+                    kind="ConfigMap",
+                    metadata=cdk8s.ApiObjectMetadata(name=configmap, namespace=namespace),
+                ).add_json_patch(cdk8s.JsonPatch.add("/data", part))
 
 
 class RayClusterChart(cdk8s.Chart):
@@ -120,7 +125,7 @@ class RayClusterChart(cdk8s.Chart):
         ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
 
 
-def finetune_entrypoint(job: RayFinetuneJob, workers: int) -> str:
+def finetune_entrypoint(job: RayFinetuneJob, workers: int, gate: list[str] | None = None) -> str:
     return " ".join(
         [
             "python -m training.ray_finetune",
@@ -132,6 +137,7 @@ def finetune_entrypoint(job: RayFinetuneJob, workers: int) -> str:
             f"--seq-len {job.seq_len}",
             f"--data {job.data}",
             f"--storage-path {RAY_STORAGE_PATH}",
+            *(gate or []),
         ]
     )
 
@@ -156,10 +162,21 @@ class RayJobChart(cdk8s.Chart):
         self.workers = group.workload_nodes * gpu.count
         # Refuses an environment without the shared claim (head and workers must see one storage path).
         checkpoint_claim(environment, workload=f"RayJob {job.name}", pods=group.workload_nodes + 1)
-        cluster = ray_cluster_spec(environment, lock, group=group, job_name=job.name, profile=profile)
+        # The gate proves the fabric between nodes: a one-node cluster has none to prove.
+        gated = job.fabric_gate and group.workload_nodes >= 2
+        gate = None
+        if gated:
+            flags = gate_flags(
+                group,
+                state_dir=f"{RAY_STORAGE_PATH}/fabric-gate",
+                workload=f"RayJob/{job.name}",
+                run_seconds=job.active_deadline_seconds,
+            )
+            gate = [*flags, f"--fabric-gate-run-id={job.name}"]
+        cluster = ray_cluster_spec(environment, lock, group=group, job_name=job.name, profile=profile, gated=gated)
         runtime_env = {"pip": list(job.pip), "env_vars": {"HF_HUB_ENABLE_HF_TRANSFER": "0"}}
         self.spec = {
-            "entrypoint": finetune_entrypoint(job, self.workers),
+            "entrypoint": finetune_entrypoint(job, self.workers, gate),
             "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=True),
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,

@@ -130,7 +130,9 @@ def test_floor_decision_with_the_p5_floor(efa: AllReduceReport, tcp: AllReduceRe
     assert passed.message == (
         f"FABRIC CHECK PASSED: bus bandwidth 487.26 GB/s at 17179869184 B (16 GiB) meets floor {floor:g} GB/s"
     )
-    failed = check_floor(tcp, floor, min_bytes=min_bytes)
+    # The TCP run ends at 1 GiB, under the 2 GiB the floor applies from; at its last size it is far below anyway.
+    assert check_floor(tcp, floor, min_bytes=min_bytes).code == ExitCode.SWEEP_TOO_SHORT
+    failed = check_floor(tcp, floor)
     assert not failed.passed
     assert failed.code == ExitCode.BELOW_FLOOR
     assert failed.message == (
@@ -138,16 +140,17 @@ def test_floor_decision_with_the_p5_floor(efa: AllReduceReport, tcp: AllReduceRe
     )
 
 
-def test_the_p5_floor_needs_the_sweep_to_reach_1_gib(efa: AllReduceReport) -> None:
-    up_to_512m = AllReduceReport(
-        source="nccl-tests", backend="nccl", world_size=16, results=efa.results[: efa.sizes.index(GIB)]
+def test_the_p5_floor_needs_the_sweep_to_reach_2_gib(efa: AllReduceReport) -> None:
+    up_to_1g = AllReduceReport(
+        source="nccl-tests", backend="nccl", world_size=16, results=efa.results[: efa.sizes.index(2 * GIB)]
     )
-    assert up_to_512m.sizes[-1] == 512 << 20
-    verdict = check_floor(up_to_512m, floor_gbps(P5), min_bytes=floor_message_bytes(P5))
+    assert up_to_1g.sizes[-1] == GIB
+    verdict = check_floor(up_to_1g, floor_gbps(P5), min_bytes=floor_message_bytes(P5))
     assert verdict.code == ExitCode.SWEEP_TOO_SHORT
-    assert "sweep ends at 536870912 B (512 MiB), below the 1073741824 B (1 GiB)" in verdict.message
-    # Without the size rule, 512 MiB of this run (394 GB/s) would still pass; 256 MiB (346.46) would not.
-    assert check_floor(up_to_512m, floor_gbps(P5)).passed
+    assert "sweep ends at 1073741824 B (1 GiB), below the 2147483648 B (2 GiB)" in verdict.message
+    # Without the size rule, 1 GiB of this (Slurm) run (436.95 GB/s) would still pass; 512 MiB (393.34) too, and
+    # 256 MiB (346.46) would not.
+    assert check_floor(up_to_1g, floor_gbps(P5)).passed
     up_to_256m = AllReduceReport(source="nccl-tests", backend="nccl", world_size=16, results=efa.results[:26])
     assert not check_floor(up_to_256m, floor_gbps(P5)).passed
 
@@ -222,7 +225,7 @@ def test_cli_prints_the_table_and_passes_the_floor(capsys: pytest.CaptureFixture
     assert "  1073741824     268435456     float     sum      -1   4607.6  233.04  436.95      0" in out
     assert " 17179869184    4294967296     float     sum      -1    66132  259.78  487.09      0    66109" in out
     assert "# Avg bus bandwidth    : 124.536" in out
-    assert out.rstrip().endswith("meets floor 349.6 GB/s")
+    assert out.rstrip().endswith("meets floor 350.2 GB/s")
 
 
 def test_cli_json_has_the_probe_report_shape(capsys: pytest.CaptureFixture[str]) -> None:

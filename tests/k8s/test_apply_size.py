@@ -20,7 +20,8 @@ from k8s.ray_spec import WorkloadError
 from tests.conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-APPLY = re.compile(r"kubectl\s+apply\s+-[^`\n]*")
+# A command applying a file (prose such as "read as `kubectl apply -f` reads it" names no file).
+APPLY = re.compile(r"kubectl\s+apply\s+(?:--?[a-z-]+(?:=\S+)?\s+)*-f\s+\S+\.ya?ml[^`\n]*")
 
 
 def test_every_documented_kubectl_apply_is_server_side() -> None:

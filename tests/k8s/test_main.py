@@ -25,6 +25,7 @@ EXPECTED_FILES = {
     "fabric-check.k8s.yaml",
     "fabric-ab.k8s.yaml",
     "nvrx-fsdp.k8s.yaml",
+    "fabric-gate.k8s.yaml",
 }
 
 
@@ -40,12 +41,16 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
         assert set(kinds) == EXPECTED_FILES
         assert kinds["ray-cluster.k8s.yaml"] == ["RayCluster"]
         assert kinds["ray-finetune.k8s.yaml"] == ["RayJob"]
-        assert kinds["training-code.k8s.yaml"] == ["ConfigMap", "ConfigMap"]
+        assert kinds["training-code.k8s.yaml"] == ["ConfigMap"] * 4  # two per namespace (the fabric tools apart)
         groups = len(ENVIRONMENTS[env].gpu_node_groups)
         # The check and the A/B job apart (issue 17 #5): each takes every node of a two-node group.
         for kind in ("check", "ab"):
             assert sorted(kinds[f"fabric-{kind}.k8s.yaml"]) == sorted(["Service", "Job"] * groups)
         assert kinds["nvrx-fsdp.k8s.yaml"] == ["Service", "Job"]
+        assert sorted(kinds["fabric-gate.k8s.yaml"]) == sorted(
+            ["ServiceAccount", "Role", "RoleBinding"] * 2
+            + ["ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        )
 
 
 def test_synth_is_deterministic(tmp_path: Path) -> None:

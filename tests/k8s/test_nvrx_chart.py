@@ -147,9 +147,15 @@ def test_without_inprocess_restart_the_inprocess_only_settings_are_absent() -> N
     assert "--inprocess" not in chart.training_argv
 
 
+SUPERVISOR = ["python", "-m", "training.fabric_gate", "supervise", "--"]
+
+
 def _exec_argv(script: str) -> list[str]:
+    """ft_launcher's argv, after the fabric gate's supervisor that runs it (it exits the pod with the gate's code)."""
     (line,) = [line for line in script.splitlines() if line.startswith("exec ")]
-    return shlex.split(line.removeprefix("exec "))
+    argv = shlex.split(line.removeprefix("exec "))
+    assert argv[: len(SUPERVISOR)] == SUPERVISOR
+    return argv[len(SUPERVISOR) :]
 
 
 def test_launcher_command_is_accepted_by_the_real_ft_launcher_parser(prod: Any) -> None:
@@ -178,7 +184,9 @@ def test_the_script_runs_and_only_pod_0_hosts_the_rendezvous(prod: Any, tmp_path
     stubs.mkdir()
     # Stand-ins for what the script calls: python (NVRx "installed", arguments and preconditions fine), mkdir, and
     # ft_launcher printing the argv it received, one argument per line.
-    for name, body in (("python", "exit 0"), ("mkdir", "exit 0"), ("ft_launcher", 'printf "%s\\n" "$@"')):
+    # The supervisor (`python -m training.fabric_gate supervise -- CMD`) runs CMD.
+    python = '[ "$1 $2 $3 $4" = "-m training.fabric_gate supervise --" ] && { shift 4; exec "$@"; }; exit 0'
+    for name, body in (("python", python), ("mkdir", "exit 0"), ("ft_launcher", 'printf "%s\\n" "$@"')):
         path = stubs / name
         path.write_text(f"#!/bin/bash\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -212,7 +220,11 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
     lines = chart.script.splitlines()
     check_args = lines.index(f"python {shlex.join(chart.training_argv)} --check-args")
     (checks,) = [i for i, line in enumerate(lines) if line.startswith("python -m training.pod_checks ")]
-    (launch,) = [i for i, line in enumerate(lines) if line.startswith("exec ft_launcher ")]
+    (launch,) = [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("exec python -m training.fabric_gate supervise -- ft_launcher ")
+    ]
     assert check_args < checks < launch
     assert lines[0] == "set -euo pipefail"  # a failed check ends the script with its own exit status
     assert lines[checks] == (

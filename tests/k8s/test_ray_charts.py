@@ -17,10 +17,10 @@ import yaml
 from gates.manifests import check_objects
 from infra.spec import ENVIRONMENTS, GpuNodeGroupConfig, Scaling
 from infra.spec.instances import INSTANCE_TYPES
-from k8s.charts.ray import RAY_STORAGE_PATH, RayClusterChart, RayJobChart, TrainingCodeChart
+from k8s.charts.ray import RAY_STORAGE_PATH, TRAINING_PACKAGE, RayClusterChart, RayJobChart, TrainingCodeChart
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock, UnpinnedImagesError
-from k8s.ray_spec import WorkloadError, head_resources, worker_resources
+from k8s.ray_spec import WorkloadError, code_volume, head_resources, worker_resources
 from k8s.workloads import RayClusterConfig, RayFinetuneJob
 
 # A digest computed from content the test creates; the committed lock holds none.
@@ -55,7 +55,10 @@ def _job(env: str = "dev", job: RayFinetuneJob | None = None, **kwargs: Any) -> 
 
 
 def _env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container["env"]}
+    """Literal values; the downward-API ones (the fabric gate's node and pod names) as their field path."""
+    return {
+        e["name"]: e.get("value", e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")) for e in container["env"]
+    }
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
@@ -187,11 +190,18 @@ def test_pods_are_hardened() -> None:
 def test_gpu_workers_add_ipc_lock_alone_acknowledged_per_resource(env: str) -> None:
     """Issue 17 #7: Ray GPU workers dropped every capability, IPC_LOCK included, so EFA memory registration was
     held to the container's memlock rlimit (nothing on the AL2023 AMI raises it for containerd)."""
-    workers = [g for g, _ in _job_groups(env)] + _cluster(env)["spec"]["workerGroupSpecs"]
+    gated = [g for g, _ in _job_groups(env)]
+    workers = gated + _cluster(env)["spec"]["workerGroupSpecs"]
     for group in workers:
         pod = group["template"]["spec"]
         assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
-        assert pod["automountServiceAccountToken"] is False
+        # Only the fabric gate's identity gets a token (k8s/charts/fabric_gate.py), on the RayJob's workers.
+        if any(group is g for g in gated):
+            assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("fabric-gate", True)
+            assert group["template"]["metadata"]["annotations"]["checkov.io/skip2"].startswith("CKV_K8S_38=")
+        else:
+            assert pod["automountServiceAccountToken"] is False
+            assert "serviceAccountName" not in pod
         assert [c["securityContext"] for c in [*pod["initContainers"], *pod["containers"]]] == [EFA_HARDENED] * 2
         assert group["template"]["metadata"]["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_25=IPC_LOCK")
 
@@ -305,15 +315,30 @@ def test_tcp_baseline_profile_only_when_asked() -> None:
 def test_training_code_fits_kubectl_apply() -> None:
     """`kubectl apply` keeps the whole object in an annotation, and annotations are capped at
     256 KiB: past that the ConfigMap cannot be applied at all."""
-    (cm, *_) = cdk8s.Testing.synth(TrainingCodeChart(cdk8s.Testing.app(), "code"))
-    assert len(json.dumps(cm)) < 200_000
+    configmaps = cdk8s.Testing.synth(TrainingCodeChart(cdk8s.Testing.app(), "code"))
+    assert [cm["metadata"]["name"] for cm in configmaps] == ["training-code", "training-code-fabric"]
+    for cm in configmaps:
+        assert len(json.dumps(cm)) < 200_000, cm["metadata"]["name"]
 
 
 def test_training_code_ships_as_a_configmap() -> None:
-    (cm,) = cdk8s.Testing.synth(TrainingCodeChart(cdk8s.Testing.app(), "code"))
-    assert cm["metadata"]["namespace"] == "ray"
+    cm, fabric = cdk8s.Testing.synth(TrainingCodeChart(cdk8s.Testing.app(), "code"))
+    assert cm["metadata"]["namespace"] == fabric["metadata"]["namespace"] == "ray"
     assert {"__init__.py", "ray_finetune.py"} <= set(cm["data"])
     assert "def train_loop_per_worker" in cm["data"]["ray_finetune.py"]
+    assert {"fabric_analyzer.py", "fabric_gate.py", "nccl_tests.py"} <= set(fabric["data"])
+    # Together they are training/ exactly, each file once.
+    assert not set(cm["data"]) & set(fabric["data"])
+    assert set(cm["data"]) | set(fabric["data"]) == {p.name for p in TRAINING_PACKAGE.glob("*.py")}
+
+
+def test_the_code_configmaps_are_projected_into_one_directory() -> None:
+    volume, mount = code_volume()
+    assert volume["projected"]["sources"] == [
+        {"configMap": {"name": "training-code"}},
+        {"configMap": {"name": "training-code-fabric"}},
+    ]
+    assert mount == {"name": "training-code", "mountPath": "/opt/ml-platform/training", "readOnly": True}
 
 
 # Bad input.

@@ -30,8 +30,8 @@ class FaultyNvrxJob(NvrxFsdpJob):
 
     fault_argv: tuple[str, ...] = ()
 
-    def training_argv(self, *, store_host: str) -> list[str]:
-        return [*super().training_argv(store_host=store_host), *self.fault_argv]
+    def training_argv(self, *, store_host: str, gate_flags: list[str] | None = None) -> list[str]:
+        return [*super().training_argv(store_host=store_host, gate_flags=gate_flags), *self.fault_argv]
 
 
 def metrics(tmp_path: Path) -> dict[str, Any]:

@@ -25,8 +25,8 @@ class ExtraArgsJob(NvrxFsdpJob):
 
     extra_argv: tuple[str, ...] = ()
 
-    def training_argv(self, *, store_host: str) -> list[str]:
-        return [*super().training_argv(store_host=store_host), *self.extra_argv]
+    def training_argv(self, *, store_host: str, gate_flags: list[str] | None = None) -> list[str]:
+        return [*super().training_argv(store_host=store_host, gate_flags=gate_flags), *self.extra_argv]
 
 
 def with_extra_args(model: Path, *extra: str) -> ExtraArgsJob:

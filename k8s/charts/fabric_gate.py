@@ -1,0 +1,160 @@
+"""The fabric gate's identity: it may put its own taint on a node and post Events, and nothing else.
+
+RBAC cannot narrow a node patch to the taints: `patch` on `nodes` allows any change of any field of the main
+resource (labels, annotations, unschedulable, every taint). So the identity is bounded twice:
+
+- RBAC: a ServiceAccount `fabric-gate` in each gated namespace; a ClusterRole with `get` and `patch` on `nodes`
+  (get: the gate reads the node's resourceVersion and taints before its JSON patch); a Role per namespace with
+  `create` on `events`. No list, watch, update, delete; no other resource; `nodes/status` is a subresource the
+  role does not name.
+- A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) bound with
+  validationActions [Deny], matching UPDATE of nodes (a PATCH is admitted as an UPDATE) by those ServiceAccounts
+  only (matchConditions on request.userInfo.username). Its CEL compares the object with oldObject: every taint but
+  `platform/fabric-gate` unchanged, that taint NoSchedule only, never removed by the gate, and labels, annotations
+  and the other spec fields unchanged. Releasing the taint is an operator's `kubectl taint` (trainctl status and
+  scale print it), whom the policy does not match.
+
+The expressions use standard CEL only (has, filter, all, exists, ternaries), so tests evaluate them with a CEL
+implementation over real node objects (tests/k8s/test_fabric_gate_rbac.py).
+"""
+
+from __future__ import annotations
+
+import cdk8s
+from constructs import Construct
+
+from training.fabric_gate import SERVICE_ACCOUNT, TAINT_EFFECT, TAINT_KEY
+
+CLUSTER_ROLE = "fabric-gate-node-taint"
+EVENTS_ROLE = "fabric-gate-events"
+POLICY = "fabric-gate-taint-only"
+
+# Node spec fields other than taints, from core/v1 NodeSpec (Kubernetes 1.36): the gate may change none of them.
+OTHER_SPEC_FIELDS = ("configSource", "externalID", "podCIDR", "podCIDRs", "providerID", "unschedulable")
+
+
+def _same(path: str) -> str:
+    return (
+        f"(has(object.{path}) == has(oldObject.{path})) && (!has(object.{path}) || object.{path} == oldObject.{path})"
+    )
+
+
+def _others(side: str) -> str:
+    return f"(has({side}.spec.taints) ? {side}.spec.taints.filter(t, t.key != '{TAINT_KEY}') : [])"
+
+
+VALIDATIONS: tuple[tuple[str, str], ...] = (
+    (f"{_others('object')} == {_others('oldObject')}", f"the fabric gate may change no taint but {TAINT_KEY}"),
+    (
+        f"!has(object.spec.taints) || "
+        f"object.spec.taints.all(t, t.key != '{TAINT_KEY}' || t.effect == '{TAINT_EFFECT}')",
+        f"the fabric gate's taint {TAINT_KEY} must be {TAINT_EFFECT} (never NoExecute: it evicts nothing)",
+    ),
+    (
+        f"!has(oldObject.spec.taints) || !oldObject.spec.taints.exists(t, t.key == '{TAINT_KEY}') || "
+        f"(has(object.spec.taints) && object.spec.taints.exists(t, t.key == '{TAINT_KEY}'))",
+        f"the fabric gate never removes {TAINT_KEY}: an operator releases a repaired node",
+    ),
+    (_same("metadata.labels"), "the fabric gate may not change a node's labels"),
+    (_same("metadata.annotations"), "the fabric gate may not change a node's annotations"),
+    *((_same(f"spec.{name}"), f"the fabric gate may not change spec.{name}") for name in OTHER_SPEC_FIELDS),
+)
+
+
+def usernames(namespaces: tuple[str, ...]) -> list[str]:
+    return [f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}" for namespace in namespaces]
+
+
+class FabricGateChart(cdk8s.Chart):
+    def __init__(self, scope: Construct, construct_id: str, *, namespaces: tuple[str, ...]) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
+        subjects = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns} for ns in namespaces]
+        for namespace in namespaces:
+            cdk8s.ApiObject(
+                self,
+                f"sa-{namespace}",
+                api_version="v1",
+                kind="ServiceAccount",
+                metadata=cdk8s.ApiObjectMetadata(name=SERVICE_ACCOUNT, namespace=namespace),
+            )
+            cdk8s.ApiObject(
+                self,
+                f"events-{namespace}",
+                api_version="rbac.authorization.k8s.io/v1",
+                kind="Role",
+                metadata=cdk8s.ApiObjectMetadata(name=EVENTS_ROLE, namespace=namespace),
+            ).add_json_patch(
+                cdk8s.JsonPatch.add("/rules", [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}])
+            )
+            binding = cdk8s.ApiObject(
+                self,
+                f"events-binding-{namespace}",
+                api_version="rbac.authorization.k8s.io/v1",
+                kind="RoleBinding",
+                metadata=cdk8s.ApiObjectMetadata(name=EVENTS_ROLE, namespace=namespace),
+            )
+            binding.add_json_patch(
+                cdk8s.JsonPatch.add(
+                    "/roleRef", {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE}
+                ),
+                cdk8s.JsonPatch.add(
+                    "/subjects", [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
+                ),
+            )
+        cdk8s.ApiObject(
+            self,
+            "node-taint",
+            api_version="rbac.authorization.k8s.io/v1",
+            kind="ClusterRole",
+            metadata=cdk8s.ApiObjectMetadata(name=CLUSTER_ROLE),
+        ).add_json_patch(
+            cdk8s.JsonPatch.add("/rules", [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+        )
+        cdk8s.ApiObject(
+            self,
+            "node-taint-binding",
+            api_version="rbac.authorization.k8s.io/v1",
+            kind="ClusterRoleBinding",
+            metadata=cdk8s.ApiObjectMetadata(name=CLUSTER_ROLE),
+        ).add_json_patch(
+            cdk8s.JsonPatch.add(
+                "/roleRef", {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE}
+            ),
+            cdk8s.JsonPatch.add("/subjects", subjects),
+        )
+        names = ", ".join(f"'{u}'" for u in usernames(namespaces))
+        cdk8s.ApiObject(
+            self,
+            "policy",
+            api_version="admissionregistration.k8s.io/v1",
+            kind="ValidatingAdmissionPolicy",
+            metadata=cdk8s.ApiObjectMetadata(name=POLICY),
+        ).add_json_patch(
+            cdk8s.JsonPatch.add(
+                "/spec",
+                {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {
+                        "resourceRules": [
+                            {
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "operations": ["UPDATE"],
+                                "resources": ["nodes"],
+                            }
+                        ]
+                    },
+                    "matchConditions": [
+                        {"name": "fabric-gate-identity", "expression": f"request.userInfo.username in [{names}]"}
+                    ],
+                    "validations": [{"expression": e, "message": m} for e, m in VALIDATIONS],
+                },
+            )
+        )
+        cdk8s.ApiObject(
+            self,
+            "policy-binding",
+            api_version="admissionregistration.k8s.io/v1",
+            kind="ValidatingAdmissionPolicyBinding",
+            metadata=cdk8s.ApiObjectMetadata(name=POLICY),
+        ).add_json_patch(cdk8s.JsonPatch.add("/spec", {"policyName": POLICY, "validationActions": ["Deny"]}))

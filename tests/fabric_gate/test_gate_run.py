@@ -1,0 +1,131 @@
+"""The gate in a job: real processes on gloo (one per rank, NODE_NAME per simulated node), a CPU rehearsal with a
+fault injected at the gate for one node, a loopback API server: the verdict, the node search over real subgroups,
+the taint, the Events, each pod's termination message and verdict file, the bounded failures, the exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.fabric_gate.fake_apiserver import FakeApiServer
+from training.fabric_gate import EXIT_FAILED, EXIT_RETRY, TAINT_KEY
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Rank:
+    code: int
+    verdict: dict[str, object]
+    output: str
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, str]) -> list[Rank]:
+    world, port = len(nodes) * ranks_per_node, free_port()
+    procs = []
+    for rank in range(world):
+        node = nodes[rank // ranks_per_node]
+        pod = tmp / f"pod-{node}"
+        child_env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "NODE_NAME": node,
+            "LOCAL_RANK": str(rank % ranks_per_node),
+            "POD_NAMESPACE": "training",
+            "FABRIC_GATE_POD_DIR": str(pod),
+            "FABRIC_GATE_TERMINATION_LOG": str(pod / "termination-log"),
+            "FABRIC_GATE_RUN_ID": "run-1",
+            "PLATFORM_JOB_NAME": "gated",
+            "AWS_EMF_AGENT_ENDPOINT": "",
+            **env,
+        }
+        pod.mkdir(parents=True, exist_ok=True)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.fabric_gate.gate_worker", str(rank), str(world), str(port), str(tmp)],
+                env=child_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    ranks = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        line = next((x for x in out.splitlines() if x.startswith("VERDICT ")), None)
+        assert line is not None, out
+        ranks.append(Rank(proc.returncode, json.loads(line.removeprefix("VERDICT ")), out))
+    return ranks
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    server = FakeApiServer()
+    for name in ("node-0", "node-1", "node-2", "node-3"):
+        server.add_node(name)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_cpu_rehearsal_without_injection_reports_not_run(tmp_path: Path) -> None:
+    ranks = gated_job(tmp_path, ["node-0", "node-1"], 1, {"PLATFORM_REHEARSAL": "cpu"})
+    assert [r.code for r in ranks] == [0, 0]
+    assert {r.verdict["outcome"] for r in ranks} == {"NOT RUN"}
+    assert "CPU rehearsal (PLATFORM_REHEARSAL=cpu): no NCCL, no EFA" in ranks[0].output
+
+
+def test_injected_slow_node_of_four_is_found_by_pairs_tainted_and_the_pods_exit_retryable(
+    tmp_path: Path, apiserver: FakeApiServer
+) -> None:
+    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "slow:node-2", "FABRIC_GATE_API_URL": apiserver.url}
+    nodes = ["node-0", "node-1", "node-2", "node-3"]
+    ranks = gated_job(tmp_path, nodes, 1, env)
+    assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
+    verdict = ranks[0].verdict
+    assert all(r.verdict["summary"] == verdict["summary"] for r in ranks)  # one verdict per job
+    assert verdict["suspects"] == ["node-2"]
+    assert "pair test(s)" in str(verdict["localization"])
+    assert [t["key"] for t in apiserver.nodes["node-2"]["spec"]["taints"]] == [TAINT_KEY]
+    assert all("taints" not in apiserver.nodes[n]["spec"] for n in nodes if n != "node-2")
+    assert {e["involvedObject"]["kind"] for e in apiserver.events} == {"Node", "Job"}
+    for node in nodes:
+        pod = tmp_path / f"pod-{node}"
+        assert (pod / "termination-log").read_text().startswith("FABRIC GATE FAIL")
+        assert json.loads((pod / "verdict.json").read_text())["exit_code"] == EXIT_RETRY
+    # The second gate failure of the same run is the last: the job fails with the verdict.
+    for node in nodes:
+        (tmp_path / f"pod-{node}" / "verdict.json").unlink()
+    again = gated_job(tmp_path, nodes, 1, env)
+    assert [r.code for r in again] == [EXIT_FAILED] * 4
+
+
+def test_injected_fallback_on_one_of_two_nodes_names_it(tmp_path: Path, apiserver: FakeApiServer) -> None:
+    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "fallback:node-1", "FABRIC_GATE_API_URL": apiserver.url}
+    ranks = gated_job(tmp_path, ["node-0", "node-1"], 2, env)
+    assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
+    assert ranks[0].verdict["suspects"] == ["node-1"]
+    assert "rank 2 on" in str(ranks[0].verdict["summary"])
+    assert apiserver.nodes["node-1"]["spec"]["taints"][0]["value"] == "fallback"
+
+
+def test_injected_slow_node_of_two_is_named_by_the_per_node_checks(tmp_path: Path, apiserver: FakeApiServer) -> None:
+    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "slow:node-0", "FABRIC_GATE_API_URL": apiserver.url}
+    ranks = gated_job(tmp_path, ["node-0", "node-1"], 2, env)
+    assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
+    assert ranks[0].verdict["suspects"] == ["node-0"]
+    assert "intra-node all-reduce" in str(ranks[0].verdict["localization"])
