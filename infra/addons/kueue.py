@@ -36,6 +36,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
 from infra.addons.helm import ChartAddOn
+from infra.spec.addon_pods import KUEUE_MANAGER_CPU, KUEUE_MANAGER_MEMORY
 from infra.spec import Environment
 from infra.spec.errors import ConfigError
 from infra.spec.namespaces import NamespaceSpec
@@ -72,8 +73,8 @@ class KueueProps:
     # short): the Workload is then deactivated, which `kubectl get workloads` shows, instead of
     # being retried every hour for ever.
     requeue_limit: int = 3
-    cpu_request: str = "500m"
-    memory_request: str = "512Mi"
+    cpu_request: str = KUEUE_MANAGER_CPU
+    memory_request: str = KUEUE_MANAGER_MEMORY
     cpu_limit: str = "2"
     memory_limit: str = "512Mi"
 
