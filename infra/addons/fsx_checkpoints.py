@@ -22,7 +22,7 @@ from constructs import Construct, IDependable
 
 from infra.spec import CheckpointStorageConfig, LustreDeployment
 from infra.spec.versions import MANAGED_ADDONS
-from k8s.checkpoint_volumes import CLAIM_NAMESPACES, STORAGE_CLASS, checkpoint_manifests, volume_names
+from k8s.checkpoint_volumes import CLAIM_NAMESPACES, checkpoint_manifests, volume_names
 
 ADDON = "aws-fsx-csi-driver"
 CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"

@@ -36,8 +36,8 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
 from infra.addons.helm import ChartAddOn
-from infra.spec.addon_pods import KUEUE_MANAGER_CPU, KUEUE_MANAGER_MEMORY
 from infra.spec import Environment
+from infra.spec.addon_pods import KUEUE_MANAGER_CPU, KUEUE_MANAGER_MEMORY
 from infra.spec.errors import ConfigError
 from infra.spec.namespaces import NamespaceSpec
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
