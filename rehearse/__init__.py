@@ -559,22 +559,45 @@ def _addon_requests(node: Any) -> dict[str, int]:
 
 
 def format_table(rehearsal: Rehearsal) -> str:
-    """One table per workload: pods, address, exit codes, restarts, final state, wall time."""
+    """One table per workload: pods, node, address, exit codes, restarts, final state, times."""
     out = [f"network: {rehearsal.network}; logs under {rehearsal.output_dir}/pods/<pod>/"]
+    clustered = rehearsal.environment is not None
+    if clustered:
+        out.append(
+            f"cluster: environment {rehearsal.environment}, time scale {rehearsal.time_scale:g} "
+            "(times are cluster seconds since the start)"
+        )
+        for n in rehearsal.nodes:
+            alloc = n["allocatable"]
+            extra = "".join(f", {k} {v}" for k, v in alloc.items() if k not in ("cpu", "memory", "pods"))
+            out.append(
+                f"  node {n['alias']} {n['name']} {n['instance_type']} {n['zone']}"
+                f"{'' if n['ready'] else ' NotReady'}: allocatable cpu {alloc['cpu']}m, "
+                f"memory {alloc['memory'] // 2**20}Mi, pods {alloc['pods']}{extra}"
+            )
     out += [f"note: {n}" for n in rehearsal.notes]
     for w in rehearsal.workloads:
         out.append("")
         out.append(f"{w.kind}/{w.name} ({w.namespace}): {w.state} in {w.wall_s:.1f} s  {w.message}".rstrip())
         out += [f"  note: {n}" for n in w.notes]
-        rows = [("POD", "ADDRESS", "EXIT CODES", "RESTARTS", "STATE", "WALL S", "IMAGE / NOT SATISFIED")]
+        header = ("POD", "NODE", "ADDRESS", "EXIT CODES", "RESTARTS", "STATE", "START", "END", "IMAGE / NOT SATISFIED")
+        rows = [header if clustered else (header[0], *header[2:6], "WALL S", header[-1])]
         for p in w.pods:
             codes = ",".join(f"{k}={v}" for k, v in p.exit_codes.items())
             extra = " ".join(f"{k}={v}" for k, v in p.accelerators.items())
             state = p.phase + ("/" + ",".join(c["type"] for c in p.conditions) if p.conditions else "")
-            rows.append((p.name, p.address, codes, str(p.restarts), state, f"{p.wall_s:.1f}", f"{p.images[0]} {extra}"))
+            last = f"{p.images[0]} {extra}"
+            if clustered:
+                start = "-" if p.start_s is None else f"{p.start_s:.0f}"
+                end = "-" if p.end_s is None else f"{p.end_s:.0f}"
+                alias = next((n["alias"] for n in rehearsal.nodes if n["name"] == p.node), p.node or "-")
+                rows.append((p.name, alias, p.address or "-", codes, str(p.restarts), state, start, end, last))
+            else:
+                rows.append((p.name, p.address, codes, str(p.restarts), state, f"{p.wall_s:.1f}", last))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         for r in rows:
             out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:-1])) + "  " + r[-1])
+        out += [f"  {p.name} Pending: {p.pending_reason}" for p in w.pods if p.pending_reason]
     return "\n".join(out)
 
 
@@ -589,5 +612,7 @@ __all__ = [
     "check_platform",
     "format_table",
     "load_manifests",
+    "parse_node_kill",
+    "parse_nodes",
     "run",
 ]

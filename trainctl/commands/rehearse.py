@@ -6,6 +6,11 @@ files, per-pod /etc/hosts with Service and pod DNS names) with Job and KubeRay s
 PLATFORM_REHEARSAL=cpu, which the training code honours to use CPU and gloo; GPU and EFA requests are
 reported, not satisfied, and images are not pulled (this machine's Python environment runs instead).
 Needs Linux and root (or unprivileged user namespaces).
+
+With --env E the pods run on a simulated cluster of environment E (rehearse/cluster, built from
+infra/spec): its system nodes and the GPU nodes --nodes asks for, kube-scheduler's filters, so a pod
+that fits no node stays Pending with kube-scheduler's message, and node loss with --kill-node.
+Times are cluster time; --time-scale X runs every controller timeout X times faster.
 """
 
 from __future__ import annotations
@@ -15,7 +20,16 @@ import json
 import sys
 from pathlib import Path
 
-from rehearse import Kill, Options, RehearsalError, format_table, load_manifests, run
+from rehearse import (
+    Kill,
+    Options,
+    RehearsalError,
+    format_table,
+    load_manifests,
+    parse_node_kill,
+    parse_nodes,
+    run,
+)
 from trainctl.exit_codes import ExitCode
 
 
@@ -55,6 +69,33 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="DIR",
         help="a host directory every pod sees read-only at the same path (e.g. a local model); repeatable",
     )
+    parser.add_argument(
+        "--env",
+        default=None,
+        metavar="E",
+        help="run on environment E's cluster (infra/spec/environments.py): its nodes, kube-scheduler's filters",
+    )
+    parser.add_argument(
+        "--nodes",
+        action="append",
+        default=[],
+        metavar="GROUP=N",
+        help="with --env: N nodes in GPU group GROUP (default 0, as deployed); repeatable",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="cluster seconds per wall second: every controller timeout runs X times faster (default 1)",
+    )
+    parser.add_argument(
+        "--kill-node",
+        action="append",
+        default=[],
+        metavar="NODE@SECONDS",
+        help="with --env: lose NODE (alias such as g6-0, or name) at SECONDS cluster time; repeatable",
+    )
     parser.set_defaults(run=run_command)
 
 
@@ -66,6 +107,10 @@ def run_command(args: argparse.Namespace) -> int:
             kills=tuple(Kill.parse(k) for k in args.kill),
             backoff_base_s=args.pod_backoff,
             host_paths=tuple(args.host_path),
+            environment=args.env,
+            gpu_nodes=tuple(parse_nodes(n) for n in args.nodes),
+            time_scale=args.time_scale,
+            node_kills=tuple(parse_node_kill(k) for k in args.kill_node),
             log=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
         )
         rehearsal = run(load_manifests(args.files), options)

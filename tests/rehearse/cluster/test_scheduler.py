@@ -49,13 +49,21 @@ def zone_claim(zone: str) -> Volumes:
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}
+                        {
+                            "matchExpressions": [
+                                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}
+                            ]
+                        }
                     ]
                 }
             }
         },
     }
-    pvc = {"kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": "ns"}, "spec": {"volumeName": "pv"}}
+    pvc = {
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "ns"},
+        "spec": {"volumeName": "pv"},
+    }
     return Volumes.from_objects([pv, pvc])
 
 
@@ -116,7 +124,10 @@ def test_the_first_rejecting_filter_gives_the_reason() -> None:
     # Tainted and too small: TaintToleration runs before NodeResourcesFit, so only the taint is reported.
     small_gpu = node("gpu", cpu=100, taints=[GPU_TAINT])
     message = pending(schedule(pod(), [small_gpu, node("s", cpu=100)], Volumes()))
-    assert message == "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {nvidia.com/gpu: true}."
+    assert (
+        message
+        == "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {nvidia.com/gpu: true}."
+    )
 
 
 def test_node_selector_and_required_node_affinity() -> None:
@@ -126,7 +137,9 @@ def test_node_selector_and_required_node_affinity() -> None:
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "role", "operator": "NotIn", "values": ["system"]}]}]
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "role", "operator": "NotIn", "values": ["system"]}]}
+                ]
             }
         }
     }
