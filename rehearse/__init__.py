@@ -1,9 +1,5 @@
 """`trainctl rehearse`: run Kubernetes manifests as isolated pods on this Linux machine, on CPU.
 
-With `Options.environment` the pods run on a simulated cluster of that environment (rehearse/cluster:
-its nodes from infra/spec, kube-scheduler's filters, node loss): each pod is bound to a node before it
-starts, or stays Pending with kube-scheduler's reason. Without it, every pod starts at once.
-
 The seam shared by the CLI and the tests is `run(manifests, options) -> Rehearsal`: manifests are
 parsed objects (see `load_manifests`), the result holds one outcome per workload (Job, RayJob,
 RayCluster) with its pods. The pod runtime is rehearse/pods.py (namespaces, volumes, DNS)
@@ -26,7 +22,6 @@ from typing import Any, Protocol
 
 import yaml
 
-from rehearse.cluster.placement import ClusterPlacement, NodeKill
 from rehearse.jobs import JobController
 from rehearse.kuberay import RayClusterController, RayJobController, dashboard_dependency_error
 from rehearse.network import Network, open_network
@@ -35,7 +30,6 @@ from rehearse.pods import Pod, PodSetupError, Runtime, accelerator_requests
 WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster")
 HONOURED_KINDS = ("Service", "ConfigMap", "PersistentVolumeClaim")
 _KILL = re.compile(r"^(?P<pod>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)@(?P<seconds>\d+(\.\d+)?)$")
-_NODES = re.compile(r"^(?P<group>[a-z0-9]([-a-z0-9]*[a-z0-9])?)=(?P<count>\d+)$")
 
 
 class RehearsalError(Exception):
@@ -80,22 +74,6 @@ class Kill:
         return cls(pod=m.group("pod"), seconds=float(m.group("seconds")))
 
 
-def parse_node_kill(text: str) -> NodeKill:
-    """--kill-node NODE@SECONDS (cluster time); NODE is a node's alias (system-0, g6-1) or name."""
-    m = _KILL.match(text)
-    if not m:
-        raise RehearsalError(f"--kill-node {text!r}: write it as NODE@SECONDS, e.g. g6-0@120 (cluster seconds)")
-    return NodeKill(node=m.group("pod"), seconds=float(m.group("seconds")))
-
-
-def parse_nodes(text: str) -> tuple[str, int]:
-    """--nodes GROUP=N."""
-    m = _NODES.match(text)
-    if not m:
-        raise RehearsalError(f"--nodes {text!r}: write it as GROUP=N, e.g. g6=2")
-    return m.group("group"), int(m.group("count"))
-
-
 @dataclass(frozen=True, kw_only=True)
 class Options:
     output_dir: Path | None = None
@@ -109,20 +87,8 @@ class Options:
     # "auto": a private bridge network where the machine allows it, else the loopback fallback (network.py);
     # "loopback": the fallback even where the bridge works.
     network: str = "auto"
-    # The environment (infra/spec) whose cluster the pods run on; None: one unconstrained machine.
-    environment: str | None = None
-    # (GPU group, node count); groups not named have 0 nodes, as deployed.
-    gpu_nodes: tuple[tuple[str, int], ...] = ()
-    # Cluster seconds per wall second: every controller timeout shrinks by it (Job activeDeadlineSeconds
-    # and pod backoff, RayJob activeDeadlineSeconds, node loss timings).
-    time_scale: float = 1.0
-    node_kills: tuple[NodeKill, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.time_scale <= 0:
-            raise RehearsalError(f"--time-scale {self.time_scale:g}: must be positive (e.g. 60)")
-        if self.environment is None and (self.gpu_nodes or self.node_kills):
-            raise RehearsalError("--nodes and --kill-node need --env (the cluster they apply to)")
         if self.network not in ("auto", "loopback"):
             raise RehearsalError(f"network={self.network!r}: use 'auto' or 'loopback'")
         if self.timeout_s <= 0:
@@ -150,12 +116,6 @@ class PodOutcome:
     wall_s: float
     directory: Path
     pod: Pod = field(repr=False)
-    # With a cluster: the node the pod was bound to (None: it never was), why it stayed Pending, and
-    # when it started and ended in cluster seconds since the rehearsal began.
-    node: str | None = None
-    pending_reason: str = ""
-    start_s: float | None = None
-    end_s: float | None = None
 
     def log(self, container: str | None = None) -> str:
         return self.pod.log(container)
@@ -192,9 +152,6 @@ class Rehearsal:
     notes: list[str]
     output_dir: Path
     wall_s: float
-    environment: str | None = None
-    time_scale: float = 1.0
-    nodes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -208,9 +165,6 @@ class Rehearsal:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "environment": self.environment,
-            "time_scale": self.time_scale,
-            "nodes": self.nodes,
             "network": self.network,
             "notes": self.notes,
             "output_dir": str(self.output_dir),
@@ -240,10 +194,6 @@ class Rehearsal:
                             "conditions": p.conditions,
                             "accelerators_not_satisfied": p.accelerators,
                             "wall_s": round(p.wall_s, 2),
-                            "node": p.node,
-                            "pending_reason": p.pending_reason,
-                            "start_s": None if p.start_s is None else round(p.start_s, 1),
-                            "end_s": None if p.end_s is None else round(p.end_s, 1),
                             "logs": str(p.directory),
                         }
                         for p in w.pods
@@ -299,21 +249,17 @@ def _controller(obj: dict[str, Any], options: Options) -> Controller:
     kind = obj["kind"]
     try:
         if kind == "Job":
-            return JobController(obj, backoff_base_s=options.backoff_base_s, time_scale=options.time_scale)
+            return JobController(obj, backoff_base_s=options.backoff_base_s)
         if kind == "RayJob":
-            return RayJobController(obj, backoff_base_s=options.backoff_base_s, time_scale=options.time_scale)
+            return RayJobController(obj, backoff_base_s=options.backoff_base_s)
         return RayClusterController(obj)
     except (KeyError, ValueError, TypeError) as exc:
         raise RehearsalError(f"{kind}/{obj['metadata'].get('name')}: cannot rehearse: {exc!r}") from exc
 
 
-def _outcome(controller: Controller, began: float = 0.0, time_scale: float = 1.0) -> WorkloadOutcome:
+def _outcome(controller: Controller) -> WorkloadOutcome:
     state, message = controller.state()
     now = time.monotonic()
-
-    def cluster_time(t: float | None) -> float | None:
-        return None if t is None else (t - began) * time_scale
-
     pods = [
         PodOutcome(
             name=p.name,
@@ -330,10 +276,6 @@ def _outcome(controller: Controller, began: float = 0.0, time_scale: float = 1.0
             wall_s=(p.ended or now) - p.started,
             directory=p.directory,
             pod=p,
-            node=p.plan.node_name,
-            pending_reason=p.pending_reason if p.scheduled is None else "",
-            start_s=cluster_time(p.scheduled),
-            end_s=cluster_time(p.ended) if p.scheduled is not None else None,
         )
         for p in controller.pods
     ]
@@ -378,7 +320,6 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
     controllers = [_controller(o, options) for o in workloads]
     for c in controllers:
         services += list(getattr(c, "services", []))
-    placement = _cluster(options, objects)
     output_dir = options.output_dir or Path(tempfile.mkdtemp(prefix="rehearsal-"))
     output_dir.mkdir(parents=True, exist_ok=True)
     network, fallback = open_network(loopback=options.network == "loopback")
@@ -392,23 +333,56 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         services=services,
         host_paths=options.host_paths,
         log=log,
-        placement=placement,
     )
     started = time.monotonic()
+    pending_kills = sorted(options.kills, key=lambda k: k.seconds)
+    kill_clock: dict[Kill, float] = {}
+    owner: dict[str, Controller] = {}
     try:
         try:
             for c in controllers:
                 c.start(runtime)
         except PodSetupError as exc:
             raise RehearsalError(str(exc)) from exc
-        try:
-            _loop(controllers, runtime, placement, options, started, notes, output_dir, log)
-        except PodSetupError as exc:
-            raise RehearsalError(str(exc)) from exc
+        while not all(c.done for c in controllers):
+            elapsed = time.monotonic() - started
+            if elapsed > options.timeout_s:
+                notes.append(f"timed out after {options.timeout_s:g} s; running pods were killed")
+                break
+            for c in controllers:
+                for p in c.pods:
+                    owner[p.name] = c
+            for kill in pending_kills:
+                if kill not in kill_clock and (kill.after is None or (output_dir / kill.after).exists()):
+                    kill_clock[kill] = elapsed
+            due = [k for k in pending_kills if k in kill_clock and elapsed - kill_clock[k] >= k.seconds]
+            for kill in due:
+                pending_kills.remove(kill)
+                target = next(
+                    (
+                        p
+                        for p in runtime.pods.values()
+                        if p.running and (p.name.startswith(kill.pod) or p.plan.pod_hostname == kill.pod)
+                    ),
+                    None,
+                )
+                if target is None:
+                    notes.append(f"--kill {kill.pod}@{kill.seconds:g}: no running pod matched")
+                    continue
+                log(f"killing pod {target.name} at {elapsed:.1f} s (DisruptionTarget)")
+                notes.append(f"killed pod {target.name} at {elapsed:.1f} s")
+                runtime.kill(target, disruption="DeletionByPodGC")
+                owner[target.name].on_pod_end(runtime, target)
+            for pod in runtime.poll():
+                log(f"pod {pod.name} ended: {pod.phase} {pod.exit_codes}")
+                owner[pod.name].on_pod_end(runtime, pod)
+            for c in controllers:
+                c.tick(runtime)
+            time.sleep(0.1)
     finally:
         runtime.close()
         network.close()
-    outcomes = [_outcome(c, started, options.time_scale) for c in controllers]
+    outcomes = [_outcome(c) for c in controllers]
     for outcome in outcomes:
         if outcome.state in ("Running", "Pending", "Initializing"):
             outcome.state = "Timeout"
@@ -418,186 +392,26 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         notes=notes,
         output_dir=output_dir,
         wall_s=time.monotonic() - started,
-        environment=options.environment,
-        time_scale=options.time_scale,
-        nodes=_node_report(placement),
     )
 
 
-def _loop(
-    controllers: list[Controller],
-    runtime: Runtime,
-    placement: ClusterPlacement | None,
-    options: Options,
-    started: float,
-    notes: list[str],
-    output_dir: Path,
-    log: Callable[[str], None],
-) -> None:
-    pending_kills = sorted(options.kills, key=lambda k: k.seconds)
-    kill_clock: dict[Kill, float] = {}
-    owner: dict[str, Controller] = {}
-    while not all(c.done for c in controllers):
-        elapsed = time.monotonic() - started
-        if elapsed > options.timeout_s:
-            notes.append(f"timed out after {options.timeout_s:g} s; running pods were killed")
-            return
-        for c in controllers:
-            for p in c.pods:
-                owner[p.name] = c
-        for kill in pending_kills:
-            if kill not in kill_clock and (kill.after is None or (output_dir / kill.after).exists()):
-                kill_clock[kill] = elapsed
-        due = [k for k in pending_kills if k in kill_clock and elapsed - kill_clock[k] >= k.seconds]
-        for kill in due:
-            pending_kills.remove(kill)
-            target = next(
-                (
-                    p
-                    for p in runtime.pods.values()
-                    if p.reachable and (p.name.startswith(kill.pod) or p.plan.pod_hostname == kill.pod)
-                ),
-                None,
-            )
-            if target is None:
-                notes.append(f"--kill {kill.pod}@{kill.seconds:g}: no running pod matched")
-                continue
-            log(f"killing pod {target.name} at {elapsed:.1f} s (DisruptionTarget)")
-            notes.append(f"killed pod {target.name} at {elapsed:.1f} s")
-            runtime.kill(target, disruption="DeletionByPodGC")
-            owner[target.name].on_pod_end(runtime, target)
-        if placement is not None:
-            _node_loss(placement, runtime, owner, elapsed * options.time_scale, notes, log)
-        for pod in runtime.poll():
-            log(f"pod {pod.name} ended: {pod.phase} {pod.exit_codes}")
-            owner[pod.name].on_pod_end(runtime, pod)
-        for c in controllers:
-            c.tick(runtime)
-        time.sleep(0.1)
-
-
-def _cluster(options: Options, objects: Sequence[dict[str, Any]]) -> ClusterPlacement | None:
-    """The environment's cluster (nodes, the Storage stack's volumes and those in the files), or None."""
-    if options.environment is None:
-        return None
-    from infra.spec import ConfigError, get_environment
-    from k8s.checkpoint_volumes import checkpoint_manifests
-    from rehearse.cluster.nodes import build_nodes
-
-    try:
-        env = get_environment(options.environment)
-        nodes = build_nodes(env, dict(options.gpu_nodes))
-        storage = env.add_ons.checkpoint_storage
-        # The Storage stack's claims (infra/stage.py StorageStack): the file system sits in the GPU zone.
-        volumes = (
-            checkpoint_manifests(
-                env.name,
-                storage,
-                availability_zone=env.gpu_availability_zone,
-                volume_handle="fs-rehearsal",
-                dns_name="fs-rehearsal.fsx.invalid",
-                mount_name="rehearsal",
-            )
-            if storage is not None
-            else []
-        )
-        return ClusterPlacement.for_objects(
-            nodes, [*volumes, *objects], time_scale=options.time_scale, kills=options.node_kills
-        )
-    except ConfigError as exc:
-        raise RehearsalError(str(exc)) from exc
-
-
-def _node_loss(
-    placement: ClusterPlacement,
-    runtime: Runtime,
-    owner: dict[str, Controller],
-    now: float,
-    notes: list[str],
-    log: Callable[[str], None],
-) -> None:
-    """Node losses and the taint evictions that follow them, at cluster time `now`."""
-    for node in placement.due_losses(now):
-        lost = placement.pods_on(node)
-        log(f"node {node.alias} ({node.name}) lost at {now:.0f} s: pods {lost}")
-        notes.append(f"node {node.alias} ({node.name}) lost at {now:.0f} s cluster time; its pods: {', '.join(lost)}")
-        for name in lost:
-            runtime.lose_node(runtime.pods[name])
-    for eviction in placement.due_evictions(now):
-        pod = runtime.pods[eviction.pod]
-        log(f"pod {pod.name} evicted from lost node {eviction.node} at {now:.0f} s (DeletionByTaintManager)")
-        runtime.kill(pod, disruption="DeletionByTaintManager")
-        owner[pod.name].on_pod_end(runtime, pod)
-
-
-def _node_report(placement: ClusterPlacement | None) -> list[dict[str, Any]]:
-    if placement is None:
-        return []
-    return [
-        {
-            "name": n.name,
-            "alias": n.alias,
-            "group": n.group,
-            "instance_type": n.instance_type,
-            "zone": n.zone,
-            "ready": n.ready,
-            "allocatable": dict(n.allocatable),
-            "addon_requests": _addon_requests(n),
-            "addon_pods": list(n.addon_pods),
-        }
-        for n in placement.nodes
-    ]
-
-
-def _addon_requests(node: Any) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for pod in node.pods:
-        if pod.name.startswith(("ds/", "deploy/")):
-            for k, v in pod.requests.items():
-                total[k] = total.get(k, 0) + v
-    return total
-
-
 def format_table(rehearsal: Rehearsal) -> str:
-    """One table per workload: pods, node, address, exit codes, restarts, final state, times."""
+    """One table per workload: pods, address, exit codes, restarts, final state, wall time."""
     out = [f"network: {rehearsal.network}; logs under {rehearsal.output_dir}/pods/<pod>/"]
-    clustered = rehearsal.environment is not None
-    if clustered:
-        out.append(
-            f"cluster: environment {rehearsal.environment}, time scale {rehearsal.time_scale:g} "
-            "(times are cluster seconds since the start)"
-        )
-        for n in rehearsal.nodes:
-            alloc = n["allocatable"]
-            extra = "".join(f", {k} {v}" for k, v in alloc.items() if k not in ("cpu", "memory", "pods"))
-            out.append(
-                f"  node {n['alias']} {n['name']} {n['instance_type']} {n['zone']}"
-                f"{'' if n['ready'] else ' NotReady'}: allocatable cpu {alloc['cpu']}m, "
-                f"memory {alloc['memory'] // 2**20}Mi, pods {alloc['pods']}{extra}"
-            )
     out += [f"note: {n}" for n in rehearsal.notes]
     for w in rehearsal.workloads:
         out.append("")
         out.append(f"{w.kind}/{w.name} ({w.namespace}): {w.state} in {w.wall_s:.1f} s  {w.message}".rstrip())
         out += [f"  note: {n}" for n in w.notes]
-        header = ("POD", "NODE", "ADDRESS", "EXIT CODES", "RESTARTS", "STATE", "START", "END", "IMAGE / NOT SATISFIED")
-        rows = [header if clustered else (header[0], *header[2:6], "WALL S", header[-1])]
+        rows = [("POD", "ADDRESS", "EXIT CODES", "RESTARTS", "STATE", "WALL S", "IMAGE / NOT SATISFIED")]
         for p in w.pods:
             codes = ",".join(f"{k}={v}" for k, v in p.exit_codes.items())
             extra = " ".join(f"{k}={v}" for k, v in p.accelerators.items())
             state = p.phase + ("/" + ",".join(c["type"] for c in p.conditions) if p.conditions else "")
-            last = f"{p.images[0]} {extra}"
-            if clustered:
-                start = "-" if p.start_s is None else f"{p.start_s:.0f}"
-                end = "-" if p.end_s is None else f"{p.end_s:.0f}"
-                alias = next((n["alias"] for n in rehearsal.nodes if n["name"] == p.node), p.node or "-")
-                rows.append((p.name, alias, p.address or "-", codes, str(p.restarts), state, start, end, last))
-            else:
-                rows.append((p.name, p.address, codes, str(p.restarts), state, f"{p.wall_s:.1f}", last))
+            rows.append((p.name, p.address, codes, str(p.restarts), state, f"{p.wall_s:.1f}", f"{p.images[0]} {extra}"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         for r in rows:
             out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:-1])) + "  " + r[-1])
-        out += [f"  {p.name} Pending: {p.pending_reason}" for p in w.pods if p.pending_reason]
     return "\n".join(out)
 
 
@@ -612,7 +426,5 @@ __all__ = [
     "check_platform",
     "format_table",
     "load_manifests",
-    "parse_node_kill",
-    "parse_nodes",
     "run",
 ]

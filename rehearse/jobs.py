@@ -51,8 +51,6 @@ class Condition:
 class JobController:
     obj: dict[str, Any]
     backoff_base_s: float = 10.0
-    # Cluster seconds per wall second (--time-scale): activeDeadlineSeconds and the pod backoff shrink by it.
-    time_scale: float = 1.0
     kind: str = "Job"
     pods: list[Pod] = field(default_factory=list)
     condition: Condition | None = None
@@ -77,9 +75,7 @@ class JobController:
             raise ValueError(f"Job {self.name}: completionMode Indexed needs completions")
         self.backoff_limit: int = int(spec.get("backoffLimit", 6))
         self.rules: list[dict[str, Any]] = (spec.get("podFailurePolicy") or {}).get("rules", [])
-        deadline = spec.get("activeDeadlineSeconds")
-        # In wall seconds.
-        self.deadline: float | None = None if deadline is None else float(deadline) / self.time_scale
+        self.deadline: int | None = spec.get("activeDeadlineSeconds")
         self.template: dict[str, Any] = spec["template"]
         self.restart_policy = self.template["spec"].get("restartPolicy", "Never")
 
@@ -193,7 +189,7 @@ class JobController:
         self.failed += 1
         self._check_backoff(runtime)
         if self.condition is None:
-            delay = min(self.backoff_base_s * 2 ** (self.failed - 1), BACKOFF_CAP_S) / self.time_scale
+            delay = min(self.backoff_base_s * 2 ** (self.failed - 1), BACKOFF_CAP_S)
             self._not_before = time.monotonic() + delay
 
     def _check_backoff(self, runtime: Runtime) -> None:

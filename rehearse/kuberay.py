@@ -57,8 +57,6 @@ DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
 DASHBOARD_AGENT_LISTEN_PORT = 52365
 RAY_CONTAINER = 0
-AUTOSCALER_CPU = "500m"
-AUTOSCALER_MEMORY = "512Mi"
 TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 # What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
 SUBMITTER_BACKOFF_LIMIT = 2
@@ -200,31 +198,7 @@ class RayClusterPods:
             "ray.io/node-type": node_type,
             "ray.io/group": group_name,
         }
-        unrun = []
-        if node_type == "head" and self.spec.get("enableInTreeAutoscaling"):
-            unrun.append(self.autoscaler_container())
-            self.notes.append(
-                "head: KubeRay's autoscaler sidecar is counted by the scheduler (its requests) but not run"
-            )
-        return PodPlan(
-            name=name,
-            namespace=self.namespace,
-            spec=spec,
-            workload=self.workload,
-            labels=labels,
-            unrun_containers=unrun,
-        )
-
-    def autoscaler_container(self) -> dict[str, Any]:
-        """The sidecar KubeRay adds to the head pod with enableInTreeAutoscaling (ray-operator/controllers/
-        ray/common/pod.go BuildAutoscalerContainer: requests and limits 500m / 512Mi unless
-        autoscalerOptions.resources says otherwise)."""
-        options = self.spec.get("autoscalerOptions") or {}
-        resources = options.get("resources") or {
-            "requests": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
-            "limits": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
-        }
-        return {"name": "autoscaler", "image": options.get("image", "(the head's image)"), "resources": resources}
+        return PodPlan(name=name, namespace=self.namespace, spec=spec, workload=self.workload, labels=labels)
 
     def plans(self) -> list[PodPlan]:
         plans = [self.plan("head", self.spec["headGroupSpec"])]
@@ -257,8 +231,6 @@ def dashboard_get(runtime: Runtime, head: Pod, path: str) -> dict[str, Any] | No
     code = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
     argv = [sys.executable, "-c", code]
     if runtime.network.isolated:
-        if head.process is None:
-            return None
         argv = ["nsenter", f"--net=/proc/{head.process.pid}/ns/net", *argv]
     try:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
@@ -316,8 +288,6 @@ class RayClusterController:
         if self.finished is not None or time.monotonic() - self._last_probe < 2:
             return
         self._last_probe = time.monotonic()
-        if any(p.pending for p in self.pods):
-            return
         nodes = dashboard_get(runtime, self.pods[0], "nodes?view=summary")
         if nodes is None:
             return
@@ -333,7 +303,6 @@ class RayClusterController:
 class RayJobController:
     obj: dict[str, Any]
     backoff_base_s: float = 10.0
-    time_scale: float = 1.0
     kind: str = "RayJob"
     pods: list[Pod] = field(default_factory=list)
     started: float = 0.0
@@ -364,18 +333,9 @@ class RayJobController:
         self.started = time.monotonic()
         self.cluster_pods = [runtime.start(plan) for plan in self.cluster.plans()]
         self.pods = list(self.cluster_pods)
-        self._submit_when_ready(runtime)
-
-    def _submit_when_ready(self, runtime: Runtime) -> None:
-        """KubeRay creates the submitter Job once the RayCluster is ready (rayjob_controller.go:
-        JobDeploymentStatus Initializing until the cluster's state is Ready, then Running): here, once every
-        cluster pod runs; a Pending pod (no node for it) keeps the RayJob Initializing."""
-        if self.submitter is not None or any(p.pending for p in self.cluster_pods):
-            return
         self.deployment_status = "Running"
-        self.submitter = JobController(
-            self._submitter_job(), backoff_base_s=self.backoff_base_s, time_scale=self.time_scale
-        )
+        # Every cluster pod is running at once here, which is KubeRay's cue to create the submitter.
+        self.submitter = JobController(self._submitter_job(), backoff_base_s=self.backoff_base_s)
         self.submitter.start(runtime)
         self.pods += self.submitter.pods
 
@@ -428,11 +388,11 @@ class RayJobController:
     def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
         if self.finished is not None or pod.deleted_by_controller:
             return
+        assert self.submitter is not None
         if pod in self.cluster_pods:
             # Restarted in place under restartPolicy Always on a cluster; a head loss ends the job here.
             self._finish(runtime, "Failed", f"Ray pod {pod.name} ended (exit codes {pod.exit_codes})")
             return
-        assert self.submitter is not None
         self.submitter.on_pod_end(runtime, pod)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]
 
@@ -449,14 +409,11 @@ class RayJobController:
             runtime.kill(pod)
 
     def tick(self, runtime: Runtime) -> None:
-        if self.finished is not None:
+        if self.finished is not None or self.submitter is None:
             return
         deadline = self.spec.get("activeDeadlineSeconds")
-        if deadline is not None and (time.monotonic() - self.started) * self.time_scale > deadline:
+        if deadline is not None and time.monotonic() - self.started > deadline:
             self._finish(runtime, "Failed", "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds")
-            return
-        self._submit_when_ready(runtime)
-        if self.submitter is None:
             return
         self.submitter.tick(runtime)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]

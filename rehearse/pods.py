@@ -32,15 +32,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rehearse.network import Network
-
-if TYPE_CHECKING:
-    from rehearse.cluster.placement import ClusterPlacement
 from training.rehearsal import REHEARSAL_CPU, REHEARSAL_ENV
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_DOMAIN = "cluster.local"
 ACCELERATORS = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
 # Each pod mounts its own tmpfs on these (podinit.py).
@@ -70,18 +67,9 @@ class PodPlan:
     extra_env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
-    # Containers the controller adds to the pod that the rehearsal does not run (KubeRay's autoscaler
-    # sidecar): the scheduler counts their requests.
-    unrun_containers: list[dict[str, Any]] = field(default_factory=list)
-    # Set by the cluster placement (rehearse/cluster) when the pod is bound to a node.
-    node_name: str | None = None
-    node_address: str | None = None
 
     @property
     def pod_hostname(self) -> str:
-        # A hostNetwork pod has its node's hostname (the kubelet does not set one of its own).
-        if self.spec.get("hostNetwork") and self.node_name:
-            return self.node_name
         return self.spec.get("hostname") or self.hostname or self.name[:63]
 
 
@@ -90,16 +78,10 @@ class Pod:
     plan: PodPlan
     address: str
     directory: Path
-    # None while the pod is Pending (not bound to a node, or not yet started).
-    process: subprocess.Popen[bytes] | None
-    # When the pod was created; `scheduled` when its containers started (None while Pending).
+    process: subprocess.Popen[bytes]
     started: float
     images: list[str]
     hosts_file: Path
-    scheduled: float | None = None
-    pending_reason: str = ""
-    # The pod's node was lost: its processes are dead, the API still shows it until it is evicted.
-    node_lost: bool = False
     ended: float | None = None
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     restarts: int = 0
@@ -113,17 +95,7 @@ class Pod:
 
     @property
     def running(self) -> bool:
-        """Not ended: Pending and Running pods alike (a Job counts both as active)."""
         return self.ended is None
-
-    @property
-    def pending(self) -> bool:
-        return self.ended is None and self.process is None
-
-    @property
-    def reachable(self) -> bool:
-        """Running on a live node: has an address, answers DNS, can be reached over the network."""
-        return self.ended is None and self.process is not None and not self.node_lost
 
     def read_status(self) -> dict[str, Any]:
         try:
@@ -177,11 +149,8 @@ class Runtime:
         services: list[dict[str, Any]],
         host_paths: Iterable[Path] = (),
         log: Callable[[str], None] = lambda _: None,
-        placement: ClusterPlacement | None = None,
     ) -> None:
         self.output_dir = output_dir
-        # None: one unconstrained machine (every pod starts at once); else the environment's cluster.
-        self.placement = placement
         self.network = network
         self.configmaps = configmaps
         self.services = services
@@ -200,7 +169,7 @@ class Runtime:
         return [
             p
             for p in self.pods.values()
-            if p.reachable
+            if p.running
             and p.plan.namespace == namespace
             and selector
             and all(p.plan.labels.get(k) == v for k, v in selector.items())
@@ -234,7 +203,7 @@ class Runtime:
 
     def refresh_hosts(self) -> None:
         for pod in self.pods.values():
-            if pod.reachable:
+            if pod.running:
                 # In place: the pod's /etc/hosts is a bind mount of this inode.
                 with pod.hosts_file.open("r+") as f:
                     f.truncate(0)
@@ -248,8 +217,8 @@ class Runtime:
             "metadata.namespace": plan.namespace,
             "status.podIP": address,
             "status.podIPs": address,
-            "status.hostIP": plan.node_address or address,
-            "spec.nodeName": plan.node_name or "rehearsal",
+            "status.hostIP": address,
+            "spec.nodeName": "rehearsal",
             "spec.serviceAccountName": str(plan.spec.get("serviceAccountName", "default")),
         }
         if path in simple:
@@ -381,54 +350,10 @@ class Runtime:
         return list(mounts.values())
 
     def start(self, plan: PodPlan) -> Pod:
-        """Creates the pod: started at once without a cluster; with one, once the scheduler binds it
-        (until then it is Pending with kube-scheduler's reason and `poll` keeps trying)."""
         if plan.name in self.pods:
             raise PodSetupError(f"pod {plan.name} exists already")
         directory = self.output_dir / "pods" / plan.name
         directory.mkdir(parents=True)
-        pod = Pod(
-            plan=plan,
-            address="",
-            directory=directory,
-            process=None,
-            started=time.monotonic(),
-            images=[str(c.get("image", "?")) for c in plan.spec["containers"]],
-            hosts_file=directory / "hosts",
-            phase="Pending",
-        )
-        self.pods[plan.name] = pod
-        if self.placement is not None:
-            from rehearse.cluster.placement import scheduling_spec
-
-            try:
-                self.placement.check(plan.name, scheduling_spec(plan.spec, plan.unrun_containers))
-            except ValueError as exc:
-                del self.pods[plan.name]
-                raise PodSetupError(str(exc)) from exc
-        self._try_bind(pod)
-        return pod
-
-    def _try_bind(self, pod: Pod) -> bool:
-        if self.placement is not None:
-            from rehearse.cluster.placement import Pending, scheduling_spec
-
-            plan = pod.plan
-            decision = self.placement.place(
-                plan.name, plan.namespace, plan.labels, scheduling_spec(plan.spec, plan.unrun_containers)
-            )
-            if isinstance(decision, Pending):
-                if decision.reason != pod.pending_reason:
-                    self.log(f"pod {plan.name} Pending: {decision.reason}")
-                pod.pending_reason = decision.reason
-                return False
-            plan.node_name, plan.node_address = decision.node, decision.address
-            self.log(f"pod {plan.name} bound to node {decision.node}")
-        self._spawn(pod)
-        return True
-
-    def _spawn(self, pod: Pod) -> None:
-        plan, directory = pod.plan, pod.directory
         address = self.network.allocate()
         files = {
             "/etc/hosts": directory / "hosts",
@@ -479,7 +404,17 @@ class Runtime:
         init_log.close()
         os.close(ready_w)
         os.close(go_r)
-        pod.address, pod.process, pod.phase, pod.scheduled = address, process, "Running", time.monotonic()
+        images = [str(c.get("image", "?")) for c in spec["containers"]]
+        pod = Pod(
+            plan=plan,
+            address=address,
+            directory=directory,
+            process=process,
+            started=time.monotonic(),
+            images=images,
+            hosts_file=files["/etc/hosts"],
+        )
+        self.pods[plan.name] = pod
         try:
             ready, _, _ = select.select([ready_r], [], [], 60)
             line = os.read(ready_r, 64) if ready else b""
@@ -494,38 +429,28 @@ class Runtime:
             process.wait()
             pod.ended = time.monotonic()
             pod.phase = "Failed"
-            self._release(pod)
             raise
         finally:
             os.close(ready_r)
             os.close(go_w)
-        self.log(f"pod {plan.name} started ({address}, image {', '.join(pod.images)})")
+        self.log(f"pod {plan.name} started ({address}, image {', '.join(images)})")
+        return pod
 
     # -- watching and killing ----------------------------------------------------------------
     def poll(self) -> list[Pod]:
-        """Binds what the scheduler can place now (oldest first), returns the pods that ended."""
-        for pod in list(self.pods.values()):
-            if pod.pending:
-                self._try_bind(pod)
         ended = []
         for pod in self.pods.values():
-            if pod.reachable and pod.process is not None and pod.process.poll() is not None:
+            if pod.running and pod.process.poll() is not None:
                 self._finish(pod)
                 ended.append(pod)
         if ended:
             self.refresh_hosts()
         return ended
 
-    def _release(self, pod: Pod) -> None:
-        if self.placement is not None:
-            self.placement.release(pod.name)
-
     def _finish(self, pod: Pod) -> None:
         pod.ended = time.monotonic()
-        self._release(pod)
         pod.refresh()
         names = [c["name"] for c in pod.plan.spec["containers"]]
-        assert pod.process is not None
         code = pod.process.returncode
         for name in names:
             if pod.exit_codes.get(name) is None:
@@ -545,26 +470,10 @@ class Runtime:
             return
         if disruption:
             pod.conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
-        if pod.process is None:
-            # Deleted while Pending: it never ran, nothing to kill.
-            pod.ended = time.monotonic()
-            self._release(pod)
-            return
-        if not pod.node_lost:
-            pod.process.send_signal(signal.SIGKILL)
-            pod.process.wait()
-        self._finish(pod)
-        pod.phase = "Failed"
-        self.refresh_hosts()
-
-    def lose_node(self, pod: Pod) -> None:
-        """The pod's node is gone: every process of the pod dies now; the pod itself stays (Running in
-        the API, unreachable) until the taint eviction deletes it (`kill` with DeletionByTaintManager)."""
-        if pod.process is None or pod.node_lost or not pod.running:
-            return
         pod.process.send_signal(signal.SIGKILL)
         pod.process.wait()
-        pod.node_lost = True
+        self._finish(pod)
+        pod.phase = "Failed"
         self.refresh_hosts()
 
     def close(self) -> None:
