@@ -25,12 +25,12 @@ kubernetes/kubernetes pkg/controller/job/job_controller.go, pod_failure_policy.g
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from rehearse.pods import Pod, PodPlan, Runtime, random_suffix
+from rehearse.controller import PodAPI
+from rehearse.pods import Pod, PodPlan, random_suffix
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 UID_KEY = "batch.kubernetes.io/controller-uid"
@@ -59,7 +59,15 @@ class JobController:
     failed: int = 0
     succeeded_indexes: set[int] = field(default_factory=set)
     succeeded: int = 0
+    notes: list[str] = field(default_factory=list)
+    long_lived: bool = False
+    # The Job's status.conditions as the controller writes them (interim FailureTarget/SuccessCriteriaMet first).
+    conditions: list[dict[str, str]] = field(default_factory=list)
+    failed_indexes: set[int] = field(default_factory=set)
+    index_failures: dict[int, int] = field(default_factory=dict)
     _not_before: float = 0.0
+    _now: float = 0.0
+    _index_not_before: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         meta, spec = self.obj["metadata"], self.obj["spec"]
@@ -73,7 +81,17 @@ class JobController:
         self.completions: int | None = int(completions) if completions is not None else None
         if self.indexed and self.completions is None:
             raise ValueError(f"Job {self.name}: completionMode Indexed needs completions")
-        self.backoff_limit: int = int(spec.get("backoffLimit", 6))
+        per_index = spec.get("backoffLimitPerIndex")
+        self.backoff_limit_per_index: int | None = int(per_index) if per_index is not None else None
+        if self.backoff_limit_per_index is not None and not self.indexed:
+            raise ValueError(f"Job {self.name}: backoffLimitPerIndex needs completionMode Indexed")
+        max_failed = spec.get("maxFailedIndexes")
+        self.max_failed_indexes: int | None = int(max_failed) if max_failed is not None else None
+        # Defaulting (pkg/apis/batch/v1/defaults.go): backoffLimit 6, or MaxInt32 with backoffLimitPerIndex.
+        self.backoff_limit: int = int(spec.get("backoffLimit", 6 if per_index is None else 2**31 - 1))
+        self.success_rules: list[dict[str, Any]] = (spec.get("successPolicy") or {}).get("rules", [])
+        if self.success_rules and not self.indexed:
+            raise ValueError(f"Job {self.name}: successPolicy needs completionMode Indexed")
         self.rules: list[dict[str, Any]] = (spec.get("podFailurePolicy") or {}).get("rules", [])
         self.deadline: int | None = spec.get("activeDeadlineSeconds")
         self.template: dict[str, Any] = spec["template"]
@@ -87,9 +105,9 @@ class JobController:
     def active(self) -> list[Pod]:
         return [p for p in self.pods if p.running]
 
-    def start(self, runtime: Runtime) -> None:
-        self.started = time.monotonic()
-        self._fill(runtime)
+    def start(self, api: PodAPI) -> None:
+        self.started = api.now()
+        self._fill(api)
 
     def _plan(self, index: int | None) -> PodPlan:
         labels = {
@@ -129,18 +147,25 @@ class JobController:
         if self.indexed:
             assert self.completions is not None
             busy = {int(p.plan.annotations[INDEX_KEY]) for p in active}
-            free = [i for i in range(self.completions) if i not in self.succeeded_indexes and i not in busy]
+            done = self.succeeded_indexes | self.failed_indexes
+            now = self._now
+            free = [
+                i
+                for i in range(self.completions)
+                if i not in done and i not in busy and self._index_not_before.get(i, 0.0) <= now
+            ]
             return list(free[:room])
         if self.completions is None:
             # Work-queue Job: once a pod succeeded no new pods are made.
             return [None] * room if self.succeeded == 0 else []
         return [None] * max(0, min(room, self.completions - self.succeeded - len(active)))
 
-    def _fill(self, runtime: Runtime) -> None:
-        if self.condition is not None or time.monotonic() < self._not_before:
+    def _fill(self, api: PodAPI) -> None:
+        self._now = api.now()
+        if self.condition is not None or api.now() < self._not_before:
             return
         for index in self._wanted():
-            self.pods.append(runtime.start(self._plan(index)))
+            self.pods.append(api.start(self._plan(index)))
 
     def _match(self, pod: Pod) -> tuple[str, str] | None:
         """(action, message) of the first podFailurePolicy rule the failed pod matches."""
@@ -167,37 +192,69 @@ class JobController:
                         return rule["action"], f"Pod {pod.plan.namespace}/{pod.name} has condition {pattern['type']}"
         return None
 
-    def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
+    def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
         """Records the ended pod; replacements are made by the next `tick`, once every pod that ended
         in the same poll has been recorded."""
         if self.condition is not None or pod.deleted_by_controller:
             return
+        index = int(pod.plan.annotations[INDEX_KEY]) if self.indexed else None
         if pod.phase == "Succeeded":
             self.succeeded += 1
-            if self.indexed:
-                self.succeeded_indexes.add(int(pod.plan.annotations[INDEX_KEY]))
-            self._check_complete(runtime)
+            if index is not None:
+                self.succeeded_indexes.add(index)
+            self._evaluate(api)
             return
         match = self._match(pod)
         action = match[0] if match else "Count"
         if action == "FailJob":
             assert match is not None
-            self._fail(runtime, "PodFailurePolicy", match[1])
+            self._finish(api, "Failed", "PodFailurePolicy", match[1])
             return
         if action == "Ignore":
             return
         self.failed += 1
-        self._check_backoff(runtime)
+        if self.backoff_limit_per_index is not None and index is not None:
+            # Per index (job_controller.go, indexed_job_utils.go getNewIndexFailureCounts): an index fails when
+            # its failures exceed backoffLimitPerIndex, or at once on a FailIndex rule; its replacement waits
+            # the back-off of its own failures.
+            failures = self.index_failures.get(index, 0) + 1
+            self.index_failures[index] = failures
+            if action == "FailIndex" or failures > self.backoff_limit_per_index:
+                self.failed_indexes.add(index)
+            else:
+                delay = min(self.backoff_base_s * 2 ** (failures - 1), BACKOFF_CAP_S)
+                self._index_not_before[index] = api.now() + delay
+            self._evaluate(api)
+            return
+        self._evaluate(api)
         if self.condition is None:
             delay = min(self.backoff_base_s * 2 ** (self.failed - 1), BACKOFF_CAP_S)
-            self._not_before = time.monotonic() + delay
+            self._not_before = api.now() + delay
 
-    def _check_backoff(self, runtime: Runtime) -> None:
+    def _evaluate(self, api: PodAPI) -> None:
+        """syncJob's order (job_controller.go): backoff limit, then failed indexes, then success policy, then
+        completions."""
         restarts = sum(p.restarts for p in self.pods) if self.restart_policy == "OnFailure" else 0
         if self.failed + restarts > self.backoff_limit:
-            self._fail(runtime, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-
-    def _check_complete(self, runtime: Runtime) -> None:
+            self._finish(api, "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            return
+        if self.backoff_limit_per_index is not None:
+            assert self.completions is not None
+            if self.max_failed_indexes is not None and len(self.failed_indexes) > self.max_failed_indexes:
+                self._finish(
+                    api,
+                    "Failed",
+                    "MaxFailedIndexesExceeded",
+                    "Job has exceeded the specified maximal number of failed indexes",
+                )
+                return
+            if self.failed_indexes and len(self.failed_indexes) + len(self.succeeded_indexes) >= self.completions:
+                self._finish(api, "Failed", "FailedIndexes", "Job has failed indexes")
+                return
+        matched = self._success_policy()
+        if matched is not None:
+            self._finish(api, "Complete", "SuccessPolicy", matched)
+            return
         if self.indexed:
             complete = len(self.succeeded_indexes) == self.completions
         elif self.completions is None:
@@ -205,32 +262,97 @@ class JobController:
         else:
             complete = self.succeeded >= self.completions
         if complete:
-            self.condition = Condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")
-            self.finished = time.monotonic()
-            for pod in self.active:
-                pod.deleted_by_controller = True
-                runtime.kill(pod)
+            self._finish(api, "Complete", "CompletionsReached", "Reached expected number of succeeded pods")
 
-    def _fail(self, runtime: Runtime, reason: str, message: str) -> None:
-        self.condition = Condition("Failed", reason, message)
-        self.finished = time.monotonic()
+    def _success_policy(self) -> str | None:
+        """success_policy.go matchSuccessPolicy: the first rule met, as "Matched rules at index N"."""
+        if not self.success_rules or not self.succeeded_indexes:
+            return None
+        assert self.completions is not None
+        for number, rule in enumerate(self.success_rules):
+            count = rule.get("succeededCount")
+            if rule.get("succeededIndexes") is not None:
+                required = parse_indexes(str(rule["succeededIndexes"]), self.completions)
+                if not required:
+                    continue
+                contained = len(required & self.succeeded_indexes)
+                if contained == len(required) or (count is not None and contained >= int(count)):
+                    return f"Matched rules at index {number}"
+            elif count is not None and len(self.succeeded_indexes) >= int(count):
+                return f"Matched rules at index {number}"
+        return None
+
+    def _finish(self, api: PodAPI, final: str, reason: str, message: str) -> None:
+        """The interim condition (FailureTarget or SuccessCriteriaMet: delayTerminalCondition, on in 1.36),
+        the remaining pods deleted, then the terminal one. Deleted pods end at once here (SIGKILL), so the
+        terminal condition follows at once, whatever podReplacementPolicy says."""
+        interim = "SuccessCriteriaMet" if final == "Complete" else "FailureTarget"
+        self.conditions.append({"type": interim, "status": "True", "reason": reason, "message": message})
         for pod in self.active:
             pod.deleted_by_controller = True
-            runtime.kill(pod)
+            api.kill(pod)
+        self.conditions.append({"type": final, "status": "True", "reason": reason, "message": message})
+        self.condition = Condition(final, reason, message)
+        self.finished = api.now()
 
-    def tick(self, runtime: Runtime) -> None:
+    def status_fields(self) -> dict[str, str]:
+        fields = {"succeeded": str(self.succeeded), "failed": str(self.failed)}
+        if self.indexed:
+            fields["completedIndexes"] = format_indexes(self.succeeded_indexes)
+        if self.backoff_limit_per_index is not None:
+            fields["failedIndexes"] = format_indexes(self.failed_indexes)
+        return fields
+
+    def tick(self, api: PodAPI) -> None:
         if self.condition is not None:
             return
-        if self.deadline is not None and time.monotonic() - self.started > self.deadline:
-            self._fail(runtime, "DeadlineExceeded", "Job was active longer than specified deadline")
+        if self.deadline is not None and api.now() - self.started > self.deadline:
+            self._finish(api, "Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
             return
         if self.restart_policy == "OnFailure":
             for pod in self.active:
-                pod.refresh()
-            self._check_backoff(runtime)
-        self._fill(runtime)
+                api.refresh(pod)
+            self._evaluate(api)
+            if self.condition is not None:
+                return
+        self._fill(api)
+
+    def suspend(self, api: PodAPI, reason: str) -> None:
+        # As for `suspend: true` (job_controller.go): active pods are deleted and not counted as failures;
+        # on resume (`start`) the Job's start time, and so activeDeadlineSeconds, starts again.
+        for pod in self.active:
+            pod.deleted_by_controller = True
+            api.kill(pod)
+
+    def stop(self, api: PodAPI, reason: str) -> None:
+        self.suspend(api, reason)
 
     def state(self) -> tuple[str, str]:
         if self.condition is None:
             return "Running", ""
         return self.condition.type, f"{self.condition.reason}: {self.condition.message}"
+
+
+def parse_indexes(text: str, completions: int) -> set[int]:
+    """ "0,2-3" as {0, 2, 3}, indexes below `completions` only (indexed_job_utils.go parseIndexesFromString)."""
+    found: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, _, last = part.partition("-")
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:
+            return set()
+        found.update(i for i in range(low, high + 1) if i < completions)
+    return found
+
+
+def format_indexes(indexes: set[int]) -> str:
+    """{0, 2, 3} as "0,2-3" (status.completedIndexes / failedIndexes)."""
+    out: list[str] = []
+    for i in sorted(indexes):
+        if out and i - 1 in indexes:
+            first = out[-1].split("-")[0]
+            out[-1] = f"{first}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)

@@ -41,16 +41,15 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from rehearse.controller import PodAPI
 from rehearse.jobs import JobController
-from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, Runtime, random_suffix
+from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, random_suffix
 
 GCS_PORT = 6379
 DASHBOARD_PORT = 8265
@@ -225,29 +224,15 @@ def dashboard_dependency_error() -> str | None:
     )
 
 
-def dashboard_get(runtime: Runtime, head: Pod, path: str) -> dict[str, Any] | None:
-    """GET the head's dashboard API from inside the head pod's network namespace."""
-    url = f"http://{'127.0.0.1' if runtime.network.isolated else head.address}:{DASHBOARD_PORT}/{path}"
-    code = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
-    argv = [sys.executable, "-c", code]
-    if runtime.network.isolated:
-        argv = ["nsenter", f"--net=/proc/{head.process.pid}/ns/net", *argv]
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
-    except subprocess.TimeoutExpired:
-        return None
-    if result.returncode != 0:
-        return None
-    try:
-        data: dict[str, Any] = json.loads(result.stdout)
-    except json.JSONDecodeError:
-        return None
-    return data
-
-
 @dataclass
 class RayClusterController:
-    """A standalone RayCluster: brought up, Ready once every Ray node has joined the head, torn down."""
+    """A standalone RayCluster: brought up, Ready once every Ray node has joined the head, then kept running
+    until the run ends (loop.py: every finite workload done, or only clusters and each is Ready) or --timeout.
+
+    KubeRay v1.7.0 (ray-operator/controllers/ray/raycluster_controller.go) never deletes a RayCluster of its
+    own accord: it lives until it is deleted, so a Job of the same run may submit to it for as long as it runs.
+    Ready here is every Ray node ALIVE in the head's dashboard (KubeRay's state `ready`: all pods running and
+    ready, utils.CheckAllPodsRunning/calculateStatus), and, as in KubeRay, once Ready it stays Ready."""
 
     obj: dict[str, Any]
     kind: str = "RayCluster"
@@ -256,6 +241,9 @@ class RayClusterController:
     finished: float | None = None
     status: str = "Pending"
     message: str = ""
+    ready: bool = False
+    long_lived: bool = True
+    conditions: list[dict[str, str]] = field(default_factory=list)
     _last_probe: float = 0.0
 
     def __post_init__(self) -> None:
@@ -270,30 +258,57 @@ class RayClusterController:
     def done(self) -> bool:
         return self.finished is not None and not any(p.running for p in self.pods)
 
-    def start(self, runtime: Runtime) -> None:
-        self.started = time.monotonic()
-        self.pods = [runtime.start(plan) for plan in self.cluster.plans()]
+    @property
+    def head(self) -> Pod | None:
+        heads = [p for p in self.pods if p.plan.labels.get("ray.io/node-type") == "head" and p.running]
+        return heads[0] if heads else None
 
-    def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
+    def start(self, api: PodAPI) -> None:
+        self.started = api.now()
+        self.finished = None
+        self.status = "Pending" if not self.ready else self.status
+        self.pods += [api.start(plan) for plan in self.cluster.plans()]
+
+    def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
         if self.finished is None and not pod.deleted_by_controller:
-            self._end(runtime, "Failed", f"pod {pod.name} ended with exit codes {pod.exit_codes}")
+            self._end(api, "Failed", f"pod {pod.name} ended with exit codes {pod.exit_codes}")
 
-    def _end(self, runtime: Runtime, status: str, message: str) -> None:
-        self.status, self.message, self.finished = status, message, time.monotonic()
+    def _end(self, api: PodAPI, status: str, message: str) -> None:
+        self.status, self.message, self.finished = status, message, api.now()
         for pod in self.pods:
-            pod.deleted_by_controller = True
-            runtime.kill(pod)
+            if pod.running:
+                pod.deleted_by_controller = True
+                api.kill(pod)
 
-    def tick(self, runtime: Runtime) -> None:
-        if self.finished is not None or time.monotonic() - self._last_probe < 2:
+    def tick(self, api: PodAPI) -> None:
+        if self.ready or self.finished is not None or api.now() - self._last_probe < 2:
             return
-        self._last_probe = time.monotonic()
-        nodes = dashboard_get(runtime, self.pods[0], "nodes?view=summary")
+        self._last_probe = api.now()
+        head = self.head
+        nodes = api.dashboard_get(head, "nodes?view=summary") if head is not None else None
         if nodes is None:
             return
         alive = [n for n in nodes.get("data", {}).get("summary", []) if n.get("raylet", {}).get("state") == "ALIVE"]
-        if len(alive) == len(self.pods):
-            self._end(runtime, "Ready", f"{len(alive)} Ray nodes joined; torn down after the check")
+        if len(alive) == len([p for p in self.pods if p.running]):
+            self.ready = True
+            self.status = "Ready"
+            self.message = f"{len(alive)} Ray nodes joined at {api.now() - self.started:.1f} s"
+
+    def suspend(self, api: PodAPI, reason: str) -> None:
+        for pod in self.pods:
+            if pod.running:
+                pod.deleted_by_controller = True
+                api.kill(pod)
+        self.status = "Suspended"
+
+    def status_fields(self) -> dict[str, str]:
+        return {"state": "ready" if self.ready else ""}
+
+    def stop(self, api: PodAPI, reason: str) -> None:
+        if self.ready:
+            self._end(api, "Ready", f"{self.message}; kept running until {reason}, then stopped")
+        else:
+            self._end(api, "NotReady", f"not every Ray node had joined when {reason}")
 
     def state(self) -> tuple[str, str]:
         return self.status, self.message
@@ -311,6 +326,10 @@ class RayJobController:
     deployment_status: str = "Initializing"
     message: str = ""
     submitter: JobController | None = None
+    long_lived: bool = False
+    conditions: list[dict[str, str]] = field(default_factory=list)
+    # The other workloads of the run (clusterSelector picks a RayCluster among them).
+    run_objects: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         meta, spec = self.obj["metadata"], self.obj["spec"]
@@ -329,14 +348,14 @@ class RayJobController:
     def done(self) -> bool:
         return self.finished is not None and not any(p.running for p in self.pods)
 
-    def start(self, runtime: Runtime) -> None:
-        self.started = time.monotonic()
-        self.cluster_pods = [runtime.start(plan) for plan in self.cluster.plans()]
+    def start(self, api: PodAPI) -> None:
+        self.started = api.now()
+        self.cluster_pods = [api.start(plan) for plan in self.cluster.plans()]
         self.pods = list(self.cluster_pods)
         self.deployment_status = "Running"
         # Every cluster pod is running at once here, which is KubeRay's cue to create the submitter.
         self.submitter = JobController(self._submitter_job(), backoff_base_s=self.backoff_base_s)
-        self.submitter.start(runtime)
+        self.submitter.start(api)
         self.pods += self.submitter.pods
 
     def _submit_command(self) -> str:
@@ -385,51 +404,64 @@ class RayJobController:
             "spec": {"backoffLimit": backoff, "template": template},
         }
 
-    def on_pod_end(self, runtime: Runtime, pod: Pod) -> None:
+    def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
         if self.finished is not None or pod.deleted_by_controller:
             return
         assert self.submitter is not None
         if pod in self.cluster_pods:
             # Restarted in place under restartPolicy Always on a cluster; a head loss ends the job here.
-            self._finish(runtime, "Failed", f"Ray pod {pod.name} ended (exit codes {pod.exit_codes})")
+            self._finish(api, "Failed", f"Ray pod {pod.name} ended (exit codes {pod.exit_codes})")
             return
-        self.submitter.on_pod_end(runtime, pod)
+        self.submitter.on_pod_end(api, pod)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]
 
-    def _finish(self, runtime: Runtime, deployment: str, message: str) -> None:
-        self.deployment_status, self.message, self.finished = deployment, message, time.monotonic()
+    def _finish(self, api: PodAPI, deployment: str, message: str) -> None:
+        self.deployment_status, self.message, self.finished = deployment, message, api.now()
         if self.submitter is not None:
             for pod in self.submitter.active:
                 pod.deleted_by_controller = True
-                runtime.kill(pod)
+                api.kill(pod)
         if not self.spec.get("shutdownAfterJobFinishes", False):
             self.notes.append("shutdownAfterJobFinishes is false: KubeRay would keep the cluster; torn down here")
         for pod in self.cluster_pods:
             pod.deleted_by_controller = True
-            runtime.kill(pod)
+            api.kill(pod)
 
-    def tick(self, runtime: Runtime) -> None:
+    def tick(self, api: PodAPI) -> None:
         if self.finished is not None or self.submitter is None:
             return
         deadline = self.spec.get("activeDeadlineSeconds")
-        if deadline is not None and time.monotonic() - self.started > deadline:
-            self._finish(runtime, "Failed", "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds")
+        if deadline is not None and api.now() - self.started > deadline:
+            self._finish(api, "Failed", "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds")
             return
-        self.submitter.tick(runtime)
+        self.submitter.tick(api)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]
         if not self.submitter.done:
             return
-        info = dashboard_get(runtime, self.cluster_pods[0], f"api/jobs/{self.job_id}")
+        info = api.dashboard_get(self.cluster_pods[0], f"api/jobs/{self.job_id}")
         if info is not None:
             self.job_status = str(info.get("status", "UNKNOWN"))
             self.message = str(info.get("message") or "")
         if self.job_status in TERMINAL_JOB_STATUSES:
             failed = self.job_status == "FAILED"
-            self._finish(runtime, "Failed" if failed else "Complete", self.message)
+            self._finish(api, "Failed" if failed else "Complete", self.message)
         else:
             condition = self.submitter.condition
             reason = f"{condition.reason}: {condition.message}" if condition else "submitter ended"
-            self._finish(runtime, "Failed", f"submitter Job {reason}; Ray job status {self.job_status}")
+            self._finish(api, "Failed", f"submitter Job {reason}; Ray job status {self.job_status}")
+
+    def suspend(self, api: PodAPI, reason: str) -> None:
+        for pod in self.pods:
+            if pod.running:
+                pod.deleted_by_controller = True
+                api.kill(pod)
+        self.deployment_status = "Suspended"
+
+    def stop(self, api: PodAPI, reason: str) -> None:
+        self.suspend(api, reason)
+
+    def status_fields(self) -> dict[str, str]:
+        return {"jobDeploymentStatus": self.deployment_status, "jobStatus": self.job_status}
 
     def state(self) -> tuple[str, str]:
         return self.deployment_status, f"jobStatus {self.job_status}: {self.message}".strip()

@@ -27,7 +27,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,11 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from rehearse.network import Network
+from rehearse.seams import Clock, MonotonicClock
 from training.rehearsal import REHEARSAL_CPU, REHEARSAL_ENV
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The repository (the parent of rehearse/): pods import rehearse.podinit from here, not from an installed copy.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_DOMAIN = "cluster.local"
 ACCELERATORS = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
+RAY_DASHBOARD_PORT = 8265
 # Each pod mounts its own tmpfs on these (podinit.py).
 POD_PRIVATE_DIRS = (Path("/tmp"), Path("/dev/shm"), Path("/root"))
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alphabet
@@ -73,21 +75,35 @@ class PodPlan:
         return self.spec.get("hostname") or self.hostname or self.name[:63]
 
 
+def sidecar_names(spec: Mapping[str, Any]) -> set[str]:
+    """Init containers with `restartPolicy: Always`: native sidecars (Kubernetes 1.36, GA since 1.33)."""
+    return {c["name"] for c in spec.get("initContainers", []) if c.get("restartPolicy") == "Always"}
+
+
 @dataclass
 class Pod:
+    """A pod record: created Pending (not yet placed or started), Running once launched, then ended."""
+
     plan: PodPlan
-    address: str
     directory: Path
-    process: subprocess.Popen[bytes]
     started: float
     images: list[str]
-    hosts_file: Path
+    address: str = ""
+    process: subprocess.Popen[bytes] | None = None
+    hosts_file: Path | None = None
+    launched: float | None = None
     ended: float | None = None
     exit_codes: dict[str, int | None] = field(default_factory=dict)
+    # Per container: the terminated (or waiting) reason and the termination message, as kubectl shows them.
+    reasons: dict[str, str] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
     restarts: int = 0
-    phase: str = "Running"
+    phase: str = "Pending"
     conditions: list[dict[str, str]] = field(default_factory=list)
     deleted_by_controller: bool = False
+    # The node the Placement seam bound the pod to (None: unconstrained), and why it is still Pending.
+    node: str | None = None
+    pending_reason: str = ""
 
     @property
     def name(self) -> str:
@@ -95,7 +111,18 @@ class Pod:
 
     @property
     def running(self) -> bool:
+        """Active for its controller: Pending or Running (a Pending pod counts as active on a cluster too)."""
         return self.ended is None
+
+    @property
+    def pending(self) -> bool:
+        return self.ended is None and self.launched is None
+
+    def main_failed(self) -> bool:
+        """Failed as the kubelet decides the phase: a main or (non-sidecar) init container ended non-zero."""
+        sidecars = sidecar_names(self.plan.spec)
+        names = [c["name"] for c in [*self.plan.spec.get("initContainers", []), *self.plan.spec["containers"]]]
+        return any(self.exit_codes.get(n) for n in names if n not in sidecars)
 
     def read_status(self) -> dict[str, Any]:
         try:
@@ -110,6 +137,10 @@ class Pod:
         self.restarts = sum(int(c.get("restarts", 0)) for c in containers.values())
         for name, c in {**status.get("init", {}), **containers}.items():
             self.exit_codes[name] = c.get("exit_code")
+            if c.get("reason"):
+                self.reasons[name] = str(c["reason"])
+            if c.get("message"):
+                self.messages[name] = str(c["message"])
 
     def log(self, container: str | None = None) -> str:
         names = [container] if container else [c["name"] for c in self.plan.spec["containers"]]
@@ -149,7 +180,9 @@ class Runtime:
         services: list[dict[str, Any]],
         host_paths: Iterable[Path] = (),
         log: Callable[[str], None] = lambda _: None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock or MonotonicClock()
         self.output_dir = output_dir
         self.network = network
         self.configmaps = configmaps
@@ -170,6 +203,7 @@ class Runtime:
             p
             for p in self.pods.values()
             if p.running
+            and p.launched is not None
             and p.plan.namespace == namespace
             and selector
             and all(p.plan.labels.get(k) == v for k, v in selector.items())
@@ -203,7 +237,7 @@ class Runtime:
 
     def refresh_hosts(self) -> None:
         for pod in self.pods.values():
-            if pod.running:
+            if pod.running and pod.hosts_file is not None:
                 # In place: the pod's /etc/hosts is a bind mount of this inode.
                 with pod.hosts_file.open("r+") as f:
                     f.truncate(0)
@@ -278,6 +312,11 @@ class Runtime:
             "env": env,
             "cwd": container.get("workingDir", "/"),
             "log": str(directory / f"{container['name']}.log"),
+            "sidecar": container.get("restartPolicy") == "Always",
+            # The kubelet's defaults (pkg/apis/core/v1/defaults.go): /dev/termination-log, policy File.
+            "termination_message_path": container.get("terminationMessagePath", "/dev/termination-log"),
+            "termination_message_policy": container.get("terminationMessagePolicy", "File"),
+            "termination_file": str(directory / f"{container['name']}.termination-log"),
         }
 
     def _volumes(self, plan: PodPlan, directory: Path) -> dict[str, dict[str, Any]]:
@@ -349,11 +388,25 @@ class Runtime:
             mounts[target] = {"kind": "bind", "source": str(source), "target": target, "read_only": False}
         return list(mounts.values())
 
-    def start(self, plan: PodPlan) -> Pod:
+    def create(self, plan: PodPlan) -> Pod:
+        """The pod record, Pending: nothing runs until `launch`."""
         if plan.name in self.pods:
             raise PodSetupError(f"pod {plan.name} exists already")
         directory = self.output_dir / "pods" / plan.name
         directory.mkdir(parents=True)
+        images = [str(c.get("image", "?")) for c in plan.spec["containers"]]
+        pod = Pod(plan=plan, directory=directory, started=self.clock.now(), images=images)
+        self.pods[plan.name] = pod
+        return pod
+
+    def start(self, plan: PodPlan) -> Pod:
+        pod = self.create(plan)
+        self.launch(pod)
+        return pod
+
+    def launch(self, pod: Pod, node: str | None = None) -> None:
+        """Starts the pod's processes (its podinit in new namespaces) on `node` (None: unconstrained)."""
+        plan, directory = pod.plan, pod.directory
         address = self.network.allocate()
         files = {
             "/etc/hosts": directory / "hosts",
@@ -368,9 +421,14 @@ class Runtime:
         )
         files["/etc/hosts"].write_text("")
         spec = plan.spec
-        init = [self._container(plan, c, address, directory) for c in spec.get("initContainers", [])]
-        containers = [self._container(plan, c, address, directory) for c in spec["containers"]]
-        mounts = self._mounts(plan, directory, files)
+        try:
+            init = [self._container(plan, c, address, directory) for c in spec.get("initContainers", [])]
+            containers = [self._container(plan, c, address, directory) for c in spec["containers"]]
+            mounts = self._mounts(plan, directory, files)
+        except PodSetupError:
+            pod.ended = self.clock.now()
+            pod.phase = "Failed"
+            raise
         ready_r, ready_w = os.pipe()
         go_r, go_w = os.pipe()
         pod_spec = {
@@ -379,6 +437,7 @@ class Runtime:
             "init_containers": init,
             "containers": containers,
             "restart_policy": spec.get("restartPolicy", "Always"),
+            "grace_s": spec.get("terminationGracePeriodSeconds", 30),
             "status_file": str(directory / "status.json"),
             "ready_fd": ready_w,
             "go_fd": go_r,
@@ -404,17 +463,8 @@ class Runtime:
         init_log.close()
         os.close(ready_w)
         os.close(go_r)
-        images = [str(c.get("image", "?")) for c in spec["containers"]]
-        pod = Pod(
-            plan=plan,
-            address=address,
-            directory=directory,
-            process=process,
-            started=time.monotonic(),
-            images=images,
-            hosts_file=files["/etc/hosts"],
-        )
-        self.pods[plan.name] = pod
+        pod.address, pod.process, pod.hosts_file, pod.node = address, process, files["/etc/hosts"], node
+        pod.launched, pod.phase, pod.pending_reason = self.clock.now(), "Running", ""
         try:
             ready, _, _ = select.select([ready_r], [], [], 60)
             line = os.read(ready_r, 64) if ready else b""
@@ -427,20 +477,25 @@ class Runtime:
         except Exception:
             process.kill()
             process.wait()
-            pod.ended = time.monotonic()
+            pod.ended = self.clock.now()
             pod.phase = "Failed"
             raise
         finally:
             os.close(ready_r)
             os.close(go_w)
-        self.log(f"pod {plan.name} started ({address}, image {', '.join(images)})")
-        return pod
+        self.log(f"pod {plan.name} started ({address}, image {', '.join(pod.images)})")
 
     # -- watching and killing ----------------------------------------------------------------
+    def now(self) -> float:
+        return self.clock.now()
+
+    def refresh(self, pod: Pod) -> None:
+        pod.refresh()
+
     def poll(self) -> list[Pod]:
         ended = []
         for pod in self.pods.values():
-            if pod.running and pod.process.poll() is not None:
+            if pod.running and pod.process is not None and pod.process.poll() is not None:
                 self._finish(pod)
                 ended.append(pod)
         if ended:
@@ -448,18 +503,14 @@ class Runtime:
         return ended
 
     def _finish(self, pod: Pod) -> None:
-        pod.ended = time.monotonic()
+        pod.ended = self.clock.now()
         pod.refresh()
-        names = [c["name"] for c in pod.plan.spec["containers"]]
-        code = pod.process.returncode
-        for name in names:
-            if pod.exit_codes.get(name) is None:
-                # Never started or killed with the pod: the kubelet reports 137 for SIGKILL.
-                pod.exit_codes[name] = 128 - code if code < 0 else code
-        failed = any(pod.exit_codes.get(n) for n in names) or any(
-            pod.exit_codes.get(c["name"]) for c in pod.plan.spec.get("initContainers", [])
-        )
-        pod.phase = "Failed" if failed else "Succeeded"
+        code = pod.process.returncode if pod.process is not None else 0
+        # Killed (a negative returncode), or the pod's PID 1 itself failed (non-zero with no failed container).
+        killed = code < 0 or (code != 0 and not pod.main_failed())
+        if code > 0 and killed:
+            pod.messages["pod"] = f"the pod's init process failed (exit {code}); see {pod.directory}/pod-init.log"
+        finish_statuses(pod, killed=killed)
 
     def kill(self, pod: Pod, *, disruption: str | None = None) -> None:
         """SIGKILL the pod's namespace init: every process of the pod dies at once (node loss).
@@ -470,6 +521,11 @@ class Runtime:
             return
         if disruption:
             pod.conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+        if pod.process is None:
+            # Never started (Pending): deleted before it ran.
+            pod.ended = self.clock.now()
+            pod.phase = "Failed" if disruption else "Pending"
+            return
         pod.process.send_signal(signal.SIGKILL)
         pod.process.wait()
         self._finish(pod)
@@ -481,6 +537,48 @@ class Runtime:
             if pod.running:
                 pod.deleted_by_controller = True
                 self.kill(pod)
+
+    def dashboard_get(self, head: Pod, path: str) -> dict[str, Any] | None:
+        """GET the Ray head's dashboard API from inside the head pod's network namespace."""
+        if head.process is None or not head.running:
+            return None
+        url = f"http://{'127.0.0.1' if self.network.isolated else head.address}:{RAY_DASHBOARD_PORT}/{path}"
+        code = (
+            f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
+        )
+        argv = [sys.executable, "-c", code]
+        if self.network.isolated:
+            argv = ["nsenter", f"--net=/proc/{head.process.pid}/ns/net", *argv]
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+        except subprocess.TimeoutExpired:
+            return None
+        if result.returncode != 0:
+            return None
+        try:
+            data: dict[str, Any] = json.loads(result.stdout)
+        except json.JSONDecodeError:
+            return None
+        return data
+
+
+def finish_statuses(pod: Pod, *, killed: bool) -> None:
+    """Exit codes and reasons of an ended pod's containers, and its phase, as the kubelet reports them.
+
+    A container that was running when the pod was killed: 137 (SIGKILL), reason Error. One that never
+    started (its init containers had not finished): no exit code, waiting reason PodInitializing. The
+    phase is Failed when a main or regular init container failed; sidecars never count."""
+    spec = pod.plan.spec
+    for c in [*spec.get("initContainers", []), *spec["containers"]]:
+        name = c["name"]
+        if name in pod.exit_codes and pod.exit_codes[name] is None:
+            pod.exit_codes[name] = 137 if killed else None
+            if killed:
+                pod.reasons[name] = "Error"
+        elif name not in pod.exit_codes:
+            pod.exit_codes[name] = None
+            pod.reasons[name] = "PodInitializing"
+    pod.phase = "Failed" if killed or pod.main_failed() else "Succeeded"
 
 
 def _die_with_parent() -> None:

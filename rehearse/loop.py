@@ -1,0 +1,318 @@
+"""The run loop: every workload of the files at once, as `kubectl apply` of them would, to the end.
+
+Each tick (`Options.tick_s` of the clock): workloads not yet admitted are offered to the `Admission` seam
+and started when admitted; evictions it asks for suspend their workloads; `--kill`s that are due delete
+their pods (DisruptionTarget); ended pods go to their controller; Pending pods are offered to the
+`Placement` seam again; every controller ticks (replacements, deadlines, probes).
+
+When the run ends: when every finite workload (Job, RayJob, a Pod that ends) is done. Long-lived
+workloads (a RayCluster, a Pod with restartPolicy Always) have no end of their own, so they run until then
+and are stopped with the state they reached (a RayCluster that became Ready is reported Ready). In a run of
+only long-lived workloads the run ends once each is Ready (or has failed). `--timeout` ends it earlier.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rehearse.controller import Controller
+from rehearse.errors import RehearsalError
+from rehearse.jobs import JobController
+from rehearse.kuberay import RayClusterController, RayJobController, dashboard_dependency_error
+from rehearse.network import open_network
+from rehearse.options import Kill, Options
+from rehearse.outcome import Rehearsal, outcome
+from rehearse.platform import check_platform
+from rehearse.pods import Pod, PodPlan, PodSetupError, Runtime
+from rehearse.seams import Clock, Pending, Placement, WorkloadRef
+
+
+class Backend(Protocol):
+    """Where pods run: the process runtime (pods.Runtime) or the fake one (fake.FakeRuntime)."""
+
+    pods: dict[str, Pod]
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def create(self, plan: PodPlan) -> Pod: ...
+
+    def launch(self, pod: Pod, node: str | None = None) -> None: ...
+
+    def poll(self) -> list[Pod]: ...
+
+    def kill(self, pod: Pod, *, disruption: str | None = None) -> None: ...
+
+    def refresh(self, pod: Pod) -> None: ...
+
+    def dashboard_get(self, head: Pod, path: str) -> dict[str, Any] | None: ...
+
+
+@dataclass
+class Scheduler:
+    """The controllers' PodAPI: creates pods on the backend once the Placement seam places them."""
+
+    backend: Backend
+    placement: Placement
+    pending: list[Pod] = field(default_factory=list)
+    launched: list[Pod] = field(default_factory=list)
+    deleted: list[Pod] = field(default_factory=list)
+
+    def now(self) -> float:
+        return self.backend.clock.now()
+
+    def start(self, plan: PodPlan) -> Pod:
+        pod = self.backend.create(plan)
+        if not self._place(pod):
+            self.pending.append(pod)
+        return pod
+
+    def _place(self, pod: Pod) -> bool:
+        answer = self.placement.place(pod.plan)
+        if isinstance(answer, Pending):
+            pod.pending_reason = answer.reason
+            return False
+        self.backend.launch(pod, answer)
+        self.launched.append(pod)
+        return True
+
+    def retry_pending(self) -> None:
+        for pod in list(self.pending):
+            if not pod.running or self._place(pod):
+                self.pending.remove(pod)
+
+    def kill(self, pod: Pod, *, disruption: str | None = None) -> None:
+        if not pod.running:
+            return
+        placed = pod.launched is not None
+        self.backend.kill(pod, disruption=disruption)
+        if pod in self.pending:
+            self.pending.remove(pod)
+        if placed:
+            self.placement.release(pod)
+        self.deleted.append(pod)
+
+    def refresh(self, pod: Pod) -> None:
+        if pod.launched is not None:
+            self.backend.refresh(pod)
+
+    def dashboard_get(self, head: Pod, path: str) -> dict[str, Any] | None:
+        return self.backend.dashboard_get(head, path) if head.launched is not None else None
+
+
+def ref(c: Controller) -> WorkloadRef:
+    return WorkloadRef(kind=c.kind, name=c.name, namespace=c.namespace, obj=c.obj)
+
+
+def drive(
+    controllers: list[Controller],
+    backend: Backend,
+    options: Options,
+    *,
+    output_dir: Path,
+    network: str,
+    notes: list[str],
+) -> Rehearsal:
+    """Runs `controllers` on `backend` to the end of the run (see the module doc); the caller closes the backend."""
+    clock = backend.clock
+    log: Callable[[str], None] = options.log or (lambda _: None)
+    api = Scheduler(backend, options.placement)
+    admission = options.admission
+    started = clock.now()
+    admitted: set[int] = set()
+    reported: set[int] = set()
+    waiting: dict[int, str] = {}
+    pending_kills = sorted(options.kills, key=lambda k: k.seconds)
+    kill_clock: dict[Kill, float] = {}
+    owner: dict[str, Controller] = {}
+    finite = [c for c in controllers if not c.long_lived]
+
+    def owners() -> None:
+        for c in controllers:
+            for p in c.pods:
+                owner[p.name] = c
+
+    def pod_gone(pod: Pod) -> None:
+        c = owner.get(pod.name)
+        if c is not None:
+            admission.pod_ended(ref(c), pod)
+
+    def run_ended() -> bool:
+        if finite:
+            return all(c.done for c in finite)
+        return all(c.done or bool(getattr(c, "ready", False)) for c in controllers)
+
+    while True:
+        elapsed = clock.now() - started
+        if elapsed > options.timeout_s:
+            notes.append(f"timed out after {options.timeout_s:g} s; running pods were killed")
+            break
+        for c in controllers:
+            if id(c) in admitted or c.done:
+                continue
+            answer = admission.admit(ref(c))
+            if answer is True:
+                admitted.add(id(c))
+                waiting.pop(id(c), None)
+                try:
+                    c.start(api)
+                except PodSetupError as exc:
+                    raise RehearsalError(str(exc)) from exc
+            else:
+                waiting[id(c)] = answer.reason if isinstance(answer, Pending) else "not admitted"
+        for workload, reason in admission.evictions():
+            for c in controllers:
+                if ref(c) == workload and id(c) in admitted and not c.done:
+                    log(f"{c.kind}/{c.name} evicted: {reason}")
+                    c.notes.append(f"evicted at {elapsed:.1f} s: {reason}; suspended and requeued")
+                    owners()
+                    c.suspend(api, reason)
+                    admitted.discard(id(c))
+        owners()
+        for kill in pending_kills:
+            if kill not in kill_clock and (kill.after is None or (output_dir / kill.after).exists()):
+                kill_clock[kill] = elapsed
+        for kill in [k for k in pending_kills if k in kill_clock and elapsed - kill_clock[k] >= k.seconds]:
+            pending_kills.remove(kill)
+            target = next(
+                (
+                    p
+                    for p in backend.pods.values()
+                    if p.running
+                    and p.launched is not None
+                    and (p.name.startswith(kill.pod) or p.plan.pod_hostname == kill.pod)
+                ),
+                None,
+            )
+            if target is None:
+                notes.append(f"--kill {kill.pod}@{kill.seconds:g}: no running pod matched")
+                continue
+            log(f"killing pod {target.name} at {elapsed:.1f} s (DisruptionTarget)")
+            notes.append(f"killed pod {target.name} at {elapsed:.1f} s")
+            api.kill(target, disruption="DeletionByPodGC")
+            owner[target.name].on_pod_end(api, target)
+        for pod in backend.poll():
+            log(f"pod {pod.name} ended: {pod.phase} {pod.exit_codes}")
+            options.placement.release(pod)
+            pod_gone(pod)
+            owner[pod.name].on_pod_end(api, pod)
+        api.retry_pending()
+        for c in controllers:
+            if id(c) in admitted:
+                c.tick(api)
+        owners()
+        for pod in api.launched:
+            if pod.name in owner:
+                admission.pod_ready(ref(owner[pod.name]), pod)
+        api.launched.clear()
+        for pod in api.deleted:
+            pod_gone(pod)
+        api.deleted.clear()
+        for c in controllers:
+            if c.done and id(c) not in reported:
+                reported.add(id(c))
+                admission.workload_finished(ref(c), c.state()[0])
+        if run_ended():
+            for c in controllers:
+                if not c.done:
+                    c.stop(api, "the run ended" if finite else "Ready: nothing else in the run")
+            break
+        clock.sleep(options.tick_s)
+    now = clock.now()
+    outcomes = [outcome(c, now) for c in controllers]
+    for c, o in zip(controllers, outcomes, strict=True):
+        if o.state in ("Running", "Pending", "Initializing"):
+            if id(c) in waiting:
+                o.message = f"not admitted: {waiting[id(c)]}"
+            o.state = "Timeout"
+    return Rehearsal(workloads=outcomes, network=network, notes=notes, output_dir=output_dir, wall_s=now - started)
+
+
+WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster")
+HONOURED_KINDS = ("Service", "ConfigMap", "PersistentVolumeClaim")
+
+
+@dataclass
+class Prepared:
+    """The run's workloads as controllers, and the objects the pods see (ConfigMaps, Services)."""
+
+    controllers: list[Controller]
+    configmaps: dict[tuple[str, str], dict[str, str]]
+    services: list[dict[str, Any]]
+    notes: list[str]
+
+
+def _namespaced(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = dict(obj)
+    obj["metadata"] = {"namespace": "default", **(obj.get("metadata") or {})}
+    return obj
+
+
+def controller_for(obj: dict[str, Any], options: Options, objects: list[dict[str, Any]]) -> Controller:
+    kind = obj["kind"]
+    try:
+        if kind == "Job":
+            return JobController(obj, backoff_base_s=options.backoff_base_s)
+        if kind == "RayJob":
+            return RayJobController(obj, backoff_base_s=options.backoff_base_s, run_objects=objects)
+        return RayClusterController(obj)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise RehearsalError(f"{kind}/{obj['metadata'].get('name')}: cannot rehearse: {exc!r}") from exc
+
+
+def prepare(manifests: Sequence[dict[str, Any]], options: Options) -> Prepared:
+    objects = [_namespaced(o) for o in manifests]
+    notes = [
+        f"skipped {o['kind']}/{o['metadata'].get('name')}: not run by the rehearsal"
+        for o in objects
+        if o["kind"] not in (*WORKLOAD_KINDS, *HONOURED_KINDS, "Namespace")
+    ]
+    workloads = [o for o in objects if o["kind"] in WORKLOAD_KINDS]
+    if not workloads:
+        raise RehearsalError("nothing to rehearse: no Job, RayJob or RayCluster in the files")
+    configmaps = {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): {k: str(v) for k, v in (o.get("data") or {}).items()}
+        for o in objects
+        if o["kind"] == "ConfigMap"
+    }
+    services = [o for o in objects if o["kind"] == "Service"]
+    controllers = [controller_for(o, options, workloads) for o in workloads]
+    for c in controllers:
+        services += list(getattr(c, "services", []))
+    return Prepared(controllers=controllers, configmaps=configmaps, services=services, notes=notes)
+
+
+def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> Rehearsal:
+    """Runs every workload of `manifests` at once, as `kubectl apply` of them would, to the end."""
+    options = options or Options()
+    check_platform()
+    prepared = prepare(manifests, options)
+    ray_workloads = [f"{c.kind}/{c.name}" for c in prepared.controllers if c.kind != "Job"]
+    if ray_workloads:
+        missing = dashboard_dependency_error()
+        if missing:
+            raise RehearsalError(f"cannot rehearse {', '.join(ray_workloads)}: {missing}")
+    output_dir = (options.output_dir or Path(tempfile.mkdtemp(prefix="rehearsal-"))).resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    network, fallback = open_network(loopback=options.network == "loopback")
+    notes = list(prepared.notes)
+    if fallback:
+        notes.append(fallback)
+    runtime = Runtime(
+        output_dir=output_dir,
+        network=network,
+        configmaps=prepared.configmaps,
+        services=prepared.services,
+        host_paths=options.host_paths,
+        log=options.log or (lambda _: None),
+        clock=options.clock,
+    )
+    try:
+        return drive(prepared.controllers, runtime, options, output_dir=output_dir, network=network.kind, notes=notes)
+    finally:
+        runtime.close()
+        network.close()

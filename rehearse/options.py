@@ -1,0 +1,63 @@
+"""What a rehearsal run is asked to do: `Options` (timeouts, kills, back-off, host paths, network, seams)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rehearse.errors import RehearsalError
+from rehearse.seams import Admission, AlwaysAdmit, Clock, MonotonicClock, Placement, Unconstrained
+
+_KILL = re.compile(r"^(?P<pod>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)@(?P<seconds>\d+(\.\d+)?)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kill:
+    """Kill the first running pod whose name or hostname starts with `pod`, `seconds` into the run, or (API
+    only) `seconds` after the path `after` (relative to the output directory, e.g. a committed checkpoint on a
+    claim: `claims/<ns>/<claim>/...`) first exists, so a test can lose a node at a point of the training."""
+
+    pod: str
+    seconds: float
+    after: Path | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Kill:
+        m = _KILL.match(text)
+        if not m:
+            raise RehearsalError(f"--kill {text!r}: write it as POD@SECONDS, e.g. nvrx-fsdp-1@30")
+        return cls(pod=m.group("pod"), seconds=float(m.group("seconds")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    output_dir: Path | None = None
+    timeout_s: float = 1800.0
+    kills: tuple[Kill, ...] = ()
+    # Kubernetes delays the pod that replaces a counted failure by 10 s, doubling (capped at 6 min).
+    backoff_base_s: float = 10.0
+    # Host directories every pod sees read-only at the same path (standing in for files in the image).
+    host_paths: tuple[Path, ...] = ()
+    log: Callable[[str], None] | None = None
+    # "auto": a private bridge network where the machine allows it, else the loopback fallback (network.py);
+    # "loopback": the fallback even where the bridge works.
+    network: str = "auto"
+    # The cluster model's seams (rehearse/seams.py): where pods run and when workloads are admitted.
+    placement: Placement = field(default_factory=Unconstrained)
+    admission: Admission = field(default_factory=AlwaysAdmit)
+    clock: Clock = field(default_factory=MonotonicClock)
+    # How often the loop looks at pods, seconds of `clock`.
+    tick_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.network not in ("auto", "loopback"):
+            raise RehearsalError(f"network={self.network!r}: use 'auto' or 'loopback'")
+        if self.timeout_s <= 0:
+            raise RehearsalError(f"timeout={self.timeout_s}: must be positive")
+        if self.backoff_base_s < 0:
+            raise RehearsalError(f"backoff_base_s={self.backoff_base_s}: must be 0 or more")
+        for path in self.host_paths:
+            if not Path(path).exists():
+                raise RehearsalError(f"host path {path} does not exist")

@@ -1,0 +1,119 @@
+"""The two seams through which a cluster model decides where and when the rehearsal's pods run.
+
+The run loop (rehearse/loop.py) asks, and never decides itself:
+- `Admission`, before a workload's pods are created: is the workload admitted? (Kueue's role: quota,
+  queues.) Default `AlwaysAdmit`. The loop tells it when a pod becomes ready, ends, and when a workload
+  finishes, and asks it each tick for `evictions()`: a workload evicted there is suspended (its pods
+  deleted, not counted as failures, as the Job controller does for `suspend: true`) and asked for
+  admission again, so an emulator can requeue it.
+- `Placement`, before each pod starts: which node? (kube-scheduler's role: filters, capacity.) Default
+  `Unconstrained` (node None: any pod runs on this machine). `Pending(reason)` leaves the pod Pending with
+  that reason (it counts as active for its Job, as a Pending pod does on a cluster) and the loop asks again
+  on every tick until it is placed or deleted; `release` is called when a placed pod ends or is deleted.
+
+`Clock` is the time every controller and the loop read: `MonotonicClock` for real runs, a fake clock
+(rehearse/fake.py) for controller unit tests that run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rehearse.pods import Pod, PodPlan
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class MonotonicClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Not now, and why (the pod's or the workload's Pending reason, shown in the report)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadRef:
+    """A workload as the seams see it: its kind, name, namespace and the manifest as applied."""
+
+    kind: str
+    name: str
+    namespace: str
+    obj: dict[str, Any] = field(compare=False, hash=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+class Placement(Protocol):
+    def place(self, plan: PodPlan) -> str | Pending | None:
+        """The node the pod is bound to (None: unconstrained), or Pending(reason)."""
+        ...
+
+    def release(self, pod: Pod) -> None:
+        """The pod (placed on `pod.node`) ended or was deleted: what it held is free again."""
+        ...
+
+
+class Unconstrained:
+    """Every pod runs on this machine, on no particular node."""
+
+    def place(self, plan: PodPlan) -> str | Pending | None:
+        return None
+
+    def release(self, pod: Pod) -> None:
+        return None
+
+
+class Admission(Protocol):
+    def admit(self, workload: WorkloadRef) -> bool | Pending:
+        """True: create its pods now; Pending(reason) (or False): ask again next tick."""
+        ...
+
+    def pod_ready(self, workload: WorkloadRef, pod: Pod) -> None:
+        """A pod of the workload started running (its containers were started)."""
+        ...
+
+    def pod_ended(self, workload: WorkloadRef, pod: Pod) -> None:
+        """A pod of the workload ended (`pod.phase` Succeeded or Failed) or was deleted."""
+        ...
+
+    def workload_finished(self, workload: WorkloadRef, state: str) -> None:
+        """The workload reached its final state (Complete, Failed, Ready, ...): its quota is free."""
+        ...
+
+    def evictions(self) -> list[tuple[WorkloadRef, str]]:
+        """Admitted workloads to suspend now, each with the reason (e.g. PodsReady timeout, preemption)."""
+        ...
+
+
+class AlwaysAdmit:
+    def admit(self, workload: WorkloadRef) -> bool | Pending:
+        return True
+
+    def pod_ready(self, workload: WorkloadRef, pod: Pod) -> None:
+        return None
+
+    def pod_ended(self, workload: WorkloadRef, pod: Pod) -> None:
+        return None
+
+    def workload_finished(self, workload: WorkloadRef, state: str) -> None:
+        return None
+
+    def evictions(self) -> list[tuple[WorkloadRef, str]]:
+        return []
