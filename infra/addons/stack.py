@@ -17,13 +17,14 @@ from constructs import Construct
 
 from infra.addons.efa_device_plugin import EfaDevicePlugin, efa_props_for_region
 from infra.addons.kuberay_operator import KubeRayOperator, KubeRayOperatorProps
-from infra.addons.kueue import KUEUE, Kueue, KueueProps
+from infra.addons.kueue import Kueue
 from infra.addons.namespaces import PlatformNamespaces
 from infra.addons.node_monitoring import NodeMonitoringAgent
 from infra.addons.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginProps
 from infra.addons.observability import CloudWatchObservability
 from infra.cluster import EksCluster
 from infra.spec import Environment
+from infra.spec.kueue import KUEUE, kueue_props
 from infra.spec.namespaces import KUBERAY, TRAINING_NAMESPACES
 
 
@@ -84,7 +85,7 @@ class ClusterAddOns(Construct):
                 "Kueue",
                 cluster=icluster,
                 environment=environment,
-                props=KueueProps(ray_integrations=config.kuberay_operator),
+                props=kueue_props(config.kuberay_operator),
                 after=[
                     self.namespaces.manifests[KUEUE.name],
                     system_nodes,

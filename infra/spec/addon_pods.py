@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from infra.spec.kueue import KueueProps
+
 
 class Where(Enum):
     ALL = "all"
@@ -41,12 +43,11 @@ class AddOnPod:
     instance_types: tuple[str, ...] = ()
 
 
-# KubeRay operator and Kueue manager requests: infra/ sets them (the chart values in
-# infra/addons/kuberay_operator.py and infra/addons/kueue.py read these).
+# KubeRay operator requests: infra/ sets them (infra/addons/kuberay_operator.py reads these); the Kueue
+# manager's are KueueProps' (infra/spec/kueue.py).
 KUBERAY_OPERATOR_CPU = "100m"
 KUBERAY_OPERATOR_MEMORY = "512Mi"
-KUEUE_MANAGER_CPU = "500m"
-KUEUE_MANAGER_MEMORY = "512Mi"
+_KUEUE = KueueProps()
 
 
 def _millis(cpu: str) -> int:
@@ -222,10 +223,10 @@ ADDON_PODS: tuple[AddOnPod, ...] = (
         name="kueue-controller-manager",
         namespace="kueue-system",
         kind="Deployment",
-        cpu_millis=_millis(KUEUE_MANAGER_CPU),
-        memory_mib=_mib(KUEUE_MANAGER_MEMORY),
+        cpu_millis=_millis(_KUEUE.cpu_request),
+        memory_mib=_mib(_KUEUE.memory_request),
         where=Where.SYSTEM,
         enabled_by="kueue",
-        source="infra/addons/kueue.py values (controllerManager.manager.resources.requests, nodeSelector role=system)",
+        source="infra/spec/kueue.py KueueProps (controllerManager.manager.resources.requests), nodeSelector role=system",
     ),
 )

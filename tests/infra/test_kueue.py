@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.addons.kueue import KUEUE, KueueProps, frameworks, manager_config
 from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError
+from infra.spec.kueue import KUEUE, KueueProps, frameworks, manager_config
 from infra.spec.namespaces import TRAINING_NAMESPACES
 from infra.spec.versions import HELM_CHARTS, KUEUE_VERSION
 from k8s.queueing import queue_objects

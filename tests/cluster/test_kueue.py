@@ -1,0 +1,721 @@
+"""rehearse/cluster/kueue.py: Kueue v0.19.2 admission on the project's own queues and manager
+configuration, driven by events on a deterministic clock (cluster seconds)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.spec import ENVIRONMENTS
+from infra.spec.kueue import KueueProps, kueue_props, manager_config
+from infra.spec.scheduling import SYSTEM_NODE_SELECTOR, gpu_group_selector, gpu_toleration
+from k8s.queueing import queue_objects
+from rehearse.cluster.kueue import (
+    Event,
+    Kueue,
+    KueueAdmission,
+    KueueConfig,
+    KueueError,
+    Queues,
+    RejectedError,
+    TimeScale,
+    UnsupportedError,
+    duration_seconds,
+    format_quantity,
+    job_pods_ready,
+    pod_requests,
+    pod_set_of,
+    quantity_value,
+    ray_cluster_pods_ready,
+    ray_job_finished,
+    workload_from_manifest,
+)
+
+MIN = 60.0
+G6_POD = {"cpu": "40", "memory": "160Gi", "nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}
+
+
+def rendered_config(env_name: str) -> KueueConfig:
+    """The Configuration the Platform stack renders for the environment (infra/addons/stack.py)."""
+    return KueueConfig.from_configuration(manager_config(kueue_props(ENVIRONMENTS[env_name].add_ons.kuberay_operator)))
+
+
+def platform_kueue(env_name: str) -> Kueue:
+    return Kueue(Queues.from_objects(queue_objects(ENVIRONMENTS[env_name])), rendered_config(env_name))
+
+
+def gpu_job(name: str, group: str = "g6", pods: int = 2, namespace: str = "training") -> dict[str, Any]:
+    """A whole-node gang on a GPU group, as the project's charts write one."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": group}},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "template": {
+                "spec": {
+                    "nodeSelector": gpu_group_selector(group),
+                    "tolerations": [gpu_toleration()],
+                    "containers": [{"name": "main", "resources": {"requests": dict(G6_POD), "limits": dict(G6_POD)}}],
+                }
+            },
+        },
+    }
+
+
+@functools.cache
+def dist_objects(dist: Path, env_name: str) -> dict[str, dict[str, Any]]:
+    """Every Job, RayJob and RayCluster of dist/<env>, by metadata.name (parsed once: copy before changing)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((dist / env_name).glob("*.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            if obj and obj["kind"] in ("Job", "RayJob", "RayCluster"):
+                found[obj["metadata"]["name"]] = obj
+    return found
+
+
+def kinds(events: list[Event]) -> list[tuple[float, str, str]]:
+    return [(e.time / MIN, e.job.split("/")[-1], e.kind) for e in events if e.kind != "Pending"]
+
+
+def key(obj: Mapping[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+# -- configuration and queue objects, as rendered
+
+
+def test_config_is_the_rendered_manager_configuration() -> None:
+    wait = rendered_config("dev").wait_for_pods_ready
+    props = KueueProps()
+    assert wait.timeout == props.pods_ready_timeout_minutes * MIN == 20 * MIN
+    assert wait.recovery_timeout == props.recovery_timeout_minutes * MIN == 15 * MIN
+    assert wait.block_admission is True
+    assert wait.backoff_limit_count == props.requeue_limit == 3
+    assert (wait.backoff_base, wait.backoff_max, wait.timestamp) == (60, 3600, "Creation")
+    assert [wait.backoff(n) for n in (1, 2, 3, 7, 8)] == [60, 120, 240, 3600, 3600]
+    assert rendered_config("dev").frameworks == ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
+
+
+def test_kueue_defaults_apply_where_the_configuration_is_silent() -> None:
+    """apis/config/v1beta2/defaults.go: waitForPodsReady on, 30 min, recoveryTimeout = timeout."""
+    config = KueueConfig.from_configuration({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration"})
+    wait = config.wait_for_pods_ready
+    assert (wait.timeout, wait.recovery_timeout, wait.block_admission) == (30 * MIN, 30 * MIN, False)
+    assert (wait.backoff_limit_count, wait.timestamp) == (None, "Eviction")
+    assert config.frameworks == ("batch/job",)
+
+
+def test_queues_are_the_rendered_objects(env_name: str) -> None:
+    environment = ENVIRONMENTS[env_name]
+    queues = Queues.from_objects(queue_objects(environment))
+    assert set(queues.cluster_queues) == {f"gpu-{g.name}" for g in environment.gpu_node_groups}
+    for group in environment.gpu_node_groups:
+        queue = queues.cluster_queues[f"gpu-{group.name}"]
+        assert queue.strategy == "StrictFIFO"
+        assert queue.namespaces == frozenset({"ray", "training"})
+        assert [f.flavor for f in queue.groups[0].flavors] == ["system", f"gpu-{group.name}"]
+        assert group.instance.gpu is not None
+        gpus = group.instance.gpu.count * group.scaling.max_size
+        assert queue.nominal(f"gpu-{group.name}", "nvidia.com/gpu") == gpus
+        for namespace in ("ray", "training"):
+            assert queues.local_queues[(namespace, group.name)] == f"gpu-{group.name}"
+    assert queues.flavors["system"].node_labels == dict(SYSTEM_NODE_SELECTOR)
+
+
+def test_queue_features_not_emulated_are_refused() -> None:
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    queue = next(o for o in objects if o["kind"] == "ClusterQueue")
+    queue["spec"]["cohortName"] = "shared"
+    with pytest.raises(UnsupportedError, match=r"ClusterQueue gpu-g6: cohortName"):
+        Queues.from_objects(objects)
+
+
+# -- quantities and requests as Kueue counts them
+
+
+@pytest.mark.parametrize(
+    ("resource", "text", "value", "shown"),
+    [
+        ("cpu", "500m", 500, "500m"),
+        ("cpu", "1.5", 1500, "1500m"),
+        ("cpu", "40", 40000, "40"),
+        ("cpu", 2, 2000, "2"),
+        ("memory", "8Gi", 8 * 2**30, "8Gi"),
+        ("memory", "512Mi", 512 * 2**20, "512Mi"),
+        ("memory", "1k", 1000, "1k"),
+        ("nvidia.com/gpu", "4", 4, "4"),
+        ("hugepages-2Mi", "5120Mi", 5120 * 2**20, "5Gi"),
+    ],
+)
+def test_quantities(resource: str, text: str | int, value: int, shown: str) -> None:
+    assert quantity_value(resource, text) == value
+    assert format_quantity(resource, value) == shown
+
+
+def test_bad_quantity_and_duration_say_what_is_expected() -> None:
+    with pytest.raises(KueueError, match=r"memory: '8 GB' is not a Kubernetes quantity"):
+        quantity_value("memory", "8 GB")
+    assert duration_seconds("1h30m") == 5400
+    with pytest.raises(KueueError, match=r"'20 minutes' is not a duration"):
+        duration_seconds("20 minutes")
+
+
+def test_pod_requests_count_init_and_sidecar_containers_as_kubernetes_does() -> None:
+    """component-helpers resource.PodRequests: containers + sidecars, maxed with each init container
+    (plus the sidecars started before it), limits standing in for missing requests."""
+    spec = {
+        "initContainers": [
+            {"name": "prepare", "resources": {"requests": {"cpu": "3"}}},
+            {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+            {"name": "late", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
+        ],
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}],
+    }
+    # cpu: max(1 + 0.5, 3, 2 + 0.5) = 3; memory: max(2Gi + 1Gi, 1Gi + 1Gi) = 3Gi
+    assert pod_requests(spec) == {"cpu": 3000, "memory": 3 * 2**30}
+
+
+def test_job_pod_set_is_min_of_parallelism_and_completions() -> None:
+    config = rendered_config("dev")
+    job = gpu_job("a", pods=4)
+    job["spec"]["completions"] = 2
+    spec = workload_from_manifest(job, config)
+    assert spec is not None
+    ((pod_set),) = spec.pod_sets
+    assert (pod_set.name, pod_set.count) == ("main", 2)
+    assert pod_set.requests == {"cpu": 40000, "memory": 160 * 2**30, "nvidia.com/gpu": 4, "vpc.amazonaws.com/efa": 1}
+    unlabelled = gpu_job("b")
+    del unlabelled["metadata"]["labels"]
+    assert workload_from_manifest(unlabelled, config) is None
+    assert job_pods_ready(job, ready=1, succeeded=1) is True
+    assert job_pods_ready(job, ready=1, succeeded=0) is False
+
+
+def test_rayjob_submitter_and_raycluster_autoscaler_are_counted(dist: Path) -> None:
+    """The submitter Job is its own PodSet (K8sJobMode, the CRD default), the autoscaler sidecar
+    KubeRay injects is added to the head (raycluster/common.go BuildPodSets)."""
+    config = rendered_config("dev")
+    objects = dist_objects(dist, "dev")
+    rayjob = workload_from_manifest(objects["qwen-finetune"], config)
+    assert rayjob is not None
+    assert [(p.name, p.count) for p in rayjob.pod_sets] == [("head", 1), ("g6", 2), ("submitter", 1)]
+    submitter = objects["qwen-finetune"]["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["resources"]
+    assert rayjob.pod_sets[2].requests == {
+        "cpu": quantity_value("cpu", submitter["requests"]["cpu"]),
+        "memory": quantity_value("memory", submitter["requests"]["memory"]),
+    }
+    cluster = workload_from_manifest(objects["training"], config)
+    assert cluster is not None
+    assert cluster.elastic
+    head = objects["training"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    autoscaler = objects["training"]["spec"]["autoscalerOptions"]["resources"]["requests"]
+    assert cluster.pod_sets[0].requests == {
+        r: quantity_value(r, head[r]) + quantity_value(r, autoscaler[r]) for r in ("cpu", "memory")
+    }
+    assert [(p.name, p.count) for p in cluster.pod_sets] == [("head", 1), ("g6", 0)]
+
+
+def test_default_submitter_and_sidecar_mode_use_kuberays_defaults(dist: Path) -> None:
+    config = rendered_config("dev")
+    rayjob = copy.deepcopy(dist_objects(dist, "dev")["qwen-finetune"])
+    del rayjob["spec"]["submitterPodTemplate"]
+    spec = workload_from_manifest(rayjob, config)
+    assert spec is not None
+    assert spec.pod_sets[-1].requests == {"cpu": 500, "memory": 200 * 2**20}  # defaultSubmitterResources
+    rayjob["spec"]["submissionMode"] = "SidecarMode"
+    sidecar = workload_from_manifest(rayjob, config)
+    assert sidecar is not None
+    assert [p.name for p in sidecar.pod_sets] == ["head", "g6"]
+    assert sidecar.pod_sets[0].requests["cpu"] == spec.pod_sets[0].requests["cpu"] + 500
+
+
+def test_autoscaling_raycluster_that_is_not_elastic_is_rejected(dist: Path) -> None:
+    cluster = copy.deepcopy(dist_objects(dist, "dev")["training"])
+    del cluster["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"]
+    with pytest.raises(
+        RejectedError,
+        match=r"spec.enableInTreeAutoscaling: Invalid value: true: a kueue-managed "
+        r"RayCluster can use autoscaling only as an elastic job",
+    ):
+        workload_from_manifest(cluster, rendered_config("dev"))
+    rayjob = copy.deepcopy(dist_objects(dist, "dev")["qwen-finetune"])
+    rayjob["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+    with pytest.raises(RejectedError, match=r"should only use autoscaling when workload slicing is enabled"):
+        workload_from_manifest(rayjob, rendered_config("dev"))
+
+
+# -- flavors and quota
+
+
+def test_flavors_follow_the_pod_selectors(dist: Path) -> None:
+    kueue = platform_kueue("dev")
+    rayjob = dist_objects(dist, "dev")["qwen-finetune"]
+    (event,) = [e for e in kueue.submit(rayjob, 0) if e.kind == "Admitted"]
+    assert event.admission is not None
+    flavors = {ps.name: set(ps.flavors.values()) for ps in event.admission.pod_sets}
+    assert flavors == {"head": {"system"}, "g6": {"gpu-g6"}, "submitter": {"system"}}
+    worker = event.admission.pod_sets[1]
+    assert worker.node_labels == gpu_group_selector("g6")
+    assert list(worker.tolerations) == [gpu_toleration()]
+
+
+def test_quota_exhausted_the_second_waits_then_is_admitted_when_the_first_finishes() -> None:
+    kueue = platform_kueue("dev")
+    first, second = gpu_job("first"), gpu_job("second")
+    kueue.submit(first, 0)
+    kueue.pods_ready(key(first), True, 2 * MIN)
+    events = kueue.submit(second, 3 * MIN)
+    (pending,) = events
+    assert (pending.kind, pending.reason) == ("Pending", "Pending")
+    assert pending.message == (
+        "couldn't assign flavors to pod set main: flavor system doesn't match node affinity, "
+        "insufficient unused quota for cpu in flavor gpu-g6, 80 more needed, "
+        "insufficient unused quota for memory in flavor gpu-g6, 320Gi more needed, "
+        "insufficient unused quota for nvidia.com/gpu in flavor gpu-g6, 8 more needed, "
+        "insufficient unused quota for vpc.amazonaws.com/efa in flavor gpu-g6, 2 more needed"
+    )
+    assert kueue.admitted_counts(key(second)) is None
+    events = kueue.finished(key(first), 50 * MIN, succeeded=True)
+    assert kinds(events) == [(50, "first", "Finished"), (50, "second", "Admitted")]
+    assert kueue.admitted_counts(key(second)) == {"main": 2}
+
+
+def test_more_than_the_queue_holds_is_never_admitted() -> None:
+    kueue = platform_kueue("dev")
+    (pending,) = kueue.submit(gpu_job("big", pods=3), 0)
+    assert "insufficient quota for nvidia.com/gpu in flavor gpu-g6, previously considered podsets requests (0) " in (
+        pending.message
+    )
+    assert "current podset request (12) > maximum capacity (8)" in pending.message
+    assert kueue.next_deadline() is None
+
+
+def test_a_missing_local_queue_is_named() -> None:
+    kueue = platform_kueue("dev")
+    (pending,) = kueue.submit(gpu_job("lost", group="p5"), 0)
+    assert pending.message == "LocalQueue p5 doesn't exist"
+
+
+def test_strict_fifo_keeps_a_big_head_in_front() -> None:
+    """StrictFIFO: a one-node job behind a two-node job waits even though one node's quota is free."""
+    kueue = platform_kueue("dev")
+    kueue.submit(gpu_job("one", pods=1), 0)
+    kueue.pods_ready("Job/training/one", True, MIN)
+    kueue.submit(gpu_job("two", pods=2), 2 * MIN)
+    kueue.submit(gpu_job("small", pods=1), 3 * MIN)
+    assert kueue.admitted_counts("Job/training/small") is None
+    kueue.finished("Job/training/one", 10 * MIN, succeeded=True)
+    assert kueue.admitted_counts("Job/training/two") == {"main": 2}
+    assert kueue.admitted_counts("Job/training/small") is None
+
+
+def test_best_effort_fifo_lets_a_smaller_job_go_first() -> None:
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    next(o for o in objects if o["kind"] == "ClusterQueue")["spec"]["queueingStrategy"] = "BestEffortFIFO"
+    kueue = Kueue(Queues.from_objects(objects), rendered_config("dev"))
+    kueue.submit(gpu_job("one", pods=1), 0)
+    kueue.pods_ready("Job/training/one", True, MIN)
+    kueue.submit(gpu_job("two", pods=2), 2 * MIN)
+    kueue.submit(gpu_job("small", pods=1), 3 * MIN)
+    assert kueue.admitted_counts("Job/training/small") == {"main": 1}
+    assert kueue.admitted_counts("Job/training/two") is None
+
+
+def test_flavor_taints_and_node_affinity_are_checked_on_the_flavors_own_keys() -> None:
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    gpu = next(o for o in objects if o["kind"] == "ResourceFlavor" and o["metadata"]["name"] == "gpu-g6")
+    gpu["spec"]["nodeTaints"] = [{"key": "dedicated", "value": "training", "effect": "NoSchedule"}]
+    kueue = Kueue(Queues.from_objects(objects), rendered_config("dev"))
+    (pending,) = kueue.submit(gpu_job("untolerated", pods=1), 0)
+    assert pending.message == (
+        "couldn't assign flavors to pod set main: flavor system doesn't match node affinity, "
+        "untolerated taint dedicated=training:NoSchedule in flavor gpu-g6"
+    )
+    kueue = platform_kueue("dev")
+    job = gpu_job("affinity", pods=1)
+    spec = job["spec"]["template"]["spec"]
+    del spec["nodeSelector"]
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "role", "operator": "NotIn", "values": ["system"]}]},
+                ]
+            }
+        }
+    }
+    (admitted,) = [e for e in kueue.submit(job, 0) if e.kind == "Admitted"]
+    assert admitted.admission is not None
+    assert admitted.admission.pod_sets[0].flavors["nvidia.com/gpu"] == "gpu-g6"
+
+
+# -- waitForPodsReady
+
+
+def test_block_admission_holds_a_workload_in_another_cluster_queue() -> None:
+    """cache.go podsReadyForAllAdmittedWorkloads loops over every ClusterQueue."""
+    kueue = platform_kueue("prod")
+    p5, g6 = gpu_job("on-p5", group="p5"), gpu_job("on-g6", group="g6")
+    kueue.submit(p5, 0)
+    (waiting,) = kueue.submit(g6, MIN)
+    assert (waiting.reason, waiting.message) == (
+        "Waiting",
+        "waiting for all admitted workloads to be in PodsReady condition",
+    )
+    events = kueue.pods_ready(key(p5), True, 7 * MIN)
+    assert kinds(events) == [(7, "on-p5", "PodsReady"), (7, "on-g6", "Admitted")]
+
+
+def test_timeout_evicts_requeues_with_backoff_then_deactivates() -> None:
+    """4 admissions x 20 min + 60 + 120 + 240 s backoff: deactivated 87 min after the first admission."""
+    kueue = platform_kueue("dev")
+    job = gpu_job("never-ready")
+    kueue.submit(job, 0)
+    events = kueue.advance(3 * 60 * MIN)
+    assert kinds(events) == [
+        (20, "never-ready", "Evicted"),
+        (21, "never-ready", "Requeued"),
+        (21, "never-ready", "Admitted"),
+        (41, "never-ready", "Evicted"),
+        (43, "never-ready", "Requeued"),
+        (43, "never-ready", "Admitted"),
+        (63, "never-ready", "Evicted"),
+        (67, "never-ready", "Requeued"),
+        (67, "never-ready", "Admitted"),
+        (87, "never-ready", "Deactivated"),
+    ]
+    evicted = next(e for e in events if e.kind == "Evicted")
+    assert (evicted.reason, evicted.message) == (
+        "PodsReadyTimeout",
+        "Exceeded the PodsReady timeout training/job-never-ready",
+    )
+    requeued = next(e for e in events if e.kind == "Requeued")
+    assert (requeued.reason, requeued.message) == ("BackoffFinished", "The workload backoff was finished")
+    deactivated = events[-1]
+    assert deactivated.reason == "DeactivatedDueToRequeuingLimitExceeded"
+    assert (
+        deactivated.message == "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+    )
+    workload = kueue.workload(key(job))
+    assert (workload.active, workload.requeue_count, workload.admitted) == (False, 3, False)
+    assert kueue.next_deadline() is None
+
+
+def test_quota_and_the_block_are_free_during_backoff() -> None:
+    """An evicted workload holds nothing while it waits out its backoff: the next one is admitted."""
+    kueue = platform_kueue("dev")
+    stuck, other = gpu_job("stuck"), gpu_job("other")
+    kueue.submit(stuck, 0)
+    kueue.submit(other, MIN)
+    events = kueue.advance(20 * MIN)
+    assert kinds(events) == [(20, "stuck", "Evicted"), (20, "other", "Admitted")]
+    kueue.pods_ready(key(other), True, 22 * MIN)
+    assert kueue.admitted_counts(key(stuck)) is None
+
+
+def test_recovery_timeout_evicts_a_running_workload_that_lost_a_pod() -> None:
+    kueue = platform_kueue("dev")
+    job = gpu_job("running", pods=1)
+    kueue.submit(job, 0)
+    kueue.pods_ready(key(job), True, 5 * MIN)
+    (lost,) = kueue.pods_ready(key(job), False, 30 * MIN)
+    assert (lost.kind, lost.reason, lost.message) == (
+        "PodsReady",
+        "WaitForRecovery",
+        "At least one pod has failed, waiting for recovery",
+    )
+    # While it recovers, blockAdmission holds everything else.
+    (waiting,) = kueue.submit(gpu_job("next", pods=1), 31 * MIN)
+    assert waiting.reason == "Waiting"
+    events = kueue.advance(60 * MIN)
+    assert kinds(events)[0] == (45, "running", "Evicted")
+    assert events[0].message == "Exceeded the PodsReady timeout training/job-running"
+    assert kueue.workload(key(job)).requeue_count == 1
+
+
+def test_a_pod_back_within_recovery_timeout_is_recovered() -> None:
+    kueue = platform_kueue("dev")
+    job = gpu_job("flaky")
+    kueue.submit(job, 0)
+    kueue.pods_ready(key(job), True, MIN)
+    kueue.pods_ready(key(job), False, 10 * MIN)
+    (back,) = kueue.pods_ready(key(job), True, 20 * MIN)
+    assert (back.kind, back.reason) == ("PodsReady", "Recovered")
+    assert kinds(kueue.advance(5 * 60 * MIN)) == []
+
+
+def test_rayjob_finished_releases_its_quota_at_once(dist: Path) -> None:
+    """RayJob.Finished is JobDeploymentStatus Complete/Failed, whatever ttlSecondsAfterFinished keeps."""
+    kueue = platform_kueue("dev")
+    objects = dist_objects(dist, "dev")
+    rayjob, nvrx = objects["qwen-finetune"], objects["nvrx-fsdp"]
+    kueue.submit(rayjob, 0)
+    kueue.pods_ready(key(rayjob), ray_cluster_pods_ready("ready"), 3 * MIN)
+    kueue.submit(nvrx, 4 * MIN)
+    assert kueue.admitted_counts(key(nvrx)) is None
+    assert ray_job_finished("Running") is False
+    assert ray_job_finished("Complete") is True
+    events = kueue.finished(key(rayjob), 30 * MIN, succeeded=True, message="Job finished successfully.")
+    assert kinds(events) == [(30, "qwen-finetune", "Finished"), (30, "nvrx-fsdp", "Admitted")]
+
+
+# -- elastic RayCluster (workload slices)
+
+
+def test_elastic_raycluster_scales_in_slices(dist: Path) -> None:
+    kueue = platform_kueue("dev")
+    cluster = dist_objects(dist, "dev")["training"]
+    job = key(cluster)
+    kueue.submit(cluster, 0)
+    assert kueue.admitted_counts(job) == {"head": 1, "g6": 0}
+    kueue.pods_ready(job, ray_cluster_pods_ready("ready"), 2 * MIN)
+    # The autoscaler asks for one worker: a new slice for the difference replaces the first.
+    events = kueue.scale(job, {"g6": 1}, 10 * MIN)
+    assert [(e.workload, e.kind, e.reason) for e in events] == [
+        ("raycluster-training-slice-1", "Admitted", "Admitted"),
+        ("raycluster-training", "Finished", "WorkloadSliceReplaced"),
+        ("raycluster-training-slice-1", "PodsReady", "Started"),
+    ]
+    assert kueue.admitted_counts(job) == {"head": 1, "g6": 1}
+    kueue.scale(job, {"g6": 2}, 11 * MIN)
+    assert kueue.admitted_counts(job) == {"head": 1, "g6": 2}
+    # A scale-down updates the admitted slice in place and frees its quota.
+    assert kueue.scale(job, {"g6": 1}, 12 * MIN) == []
+    assert kueue.admitted_counts(job) == {"head": 1, "g6": 1}
+    assert kueue.workload(job).name == "raycluster-training-slice-2"
+    # Beyond the queue's quota: the new slice (needing only the two more workers) waits, the
+    # admitted one keeps running; the extra pods keep the elastic-job scheduling gate.
+    (pending,) = kueue.scale(job, {"g6": 3}, 13 * MIN)
+    assert pending.workload == "raycluster-training-slice-3"
+    assert "insufficient unused quota for nvidia.com/gpu in flavor gpu-g6, 4 more needed" in pending.message
+    assert kueue.admitted_counts(job) == {"head": 1, "g6": 1}
+    kueue.delete(job, 14 * MIN)
+    assert kueue.next_deadline() is None
+
+
+def test_ray_pods_ready_is_the_state_kuberay_sets_once(dist: Path) -> None:
+    """A scale-up slice of a RayCluster whose state is ready is PodsReady at once: its new workers
+    never go through waitForPodsReady and hold no admission block."""
+    kueue = platform_kueue("dev")
+    cluster = dist_objects(dist, "dev")["training"]
+    job = key(cluster)
+    kueue.submit(cluster, 0)
+    kueue.pods_ready(job, ray_cluster_pods_ready("ready"), MIN)
+    kueue.scale(job, {"g6": 2}, 5 * MIN)
+    workload = kueue.workload(job)
+    assert workload.name == "raycluster-training-slice-1"
+    assert workload.pods_ready
+    assert kinds(kueue.advance(24 * 60 * MIN)) == []
+
+
+# -- the issue-22 findings on the project's own queues and dist/ workloads (xfail until fixed)
+
+
+def _autoscale_to_max(kueue: Kueue, cluster: Mapping[str, Any], now: float) -> None:
+    """What the Ray autoscaler does when a task asks for the GPUs: workers up to maxReplicas (only
+    an elastic cluster can grow once admitted)."""
+    workload = kueue.workload(key(cluster))
+    if workload.spec.elastic:
+        groups = cluster["spec"]["workerGroupSpecs"]
+        kueue.scale(key(cluster), {g["groupName"].lower(): int(g["maxReplicas"]) for g in groups}, now)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 #5: blockAdmission is global and quota is sized to max_size")
+def test_one_workload_on_an_unscaled_group_does_not_freeze_the_other_queues(dist: Path) -> None:
+    """prod as deployed (every GPU group at desired_size 0): the NVRx job on p5 can never become
+    ready; the g6 fabric check, whose nodes are up, must not wait behind it."""
+    kueue = platform_kueue("prod")
+    objects = dist_objects(dist, "prod")
+    nvrx, check = objects["nvrx-fsdp"], objects["fabric-check-g6"]
+    kueue.submit(nvrx, 0)
+    kueue.submit(check, MIN)
+    admitted: list[float] = []
+    for minute in range(2, 3 * 60):
+        for event in kueue.advance(minute * MIN):
+            if event.job == key(check) and event.kind == "Admitted":
+                admitted.append(event.time)
+                kueue.pods_ready(key(check), True, minute * MIN)  # g6's nodes are up
+    blocked = [e for e in kueue.history if e.job == key(nvrx) and e.kind in ("Admitted", "Deactivated")]
+    assert admitted
+    assert admitted[0] <= MIN, (
+        f"the g6 check waited {(admitted[0] - MIN) / MIN} min; the p5 job was admitted "
+        f"{len(blocked) - 1} times, holding every queue {20 * (len(blocked) - 1)} min, and deactivated at "
+        f"{blocked[-1].time / MIN:.0f} min ({blocked[-1].reason})"
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 #3: elastic RayCluster slices skip waitForPodsReady")
+def test_autoscaled_ray_workers_go_through_the_gang_guard(dist: Path) -> None:
+    """dev as deployed (g6 at 0 nodes): workers the autoscaler adds stay Pending; Kueue must not
+    count them ready."""
+    kueue = platform_kueue("dev")
+    cluster = dist_objects(dist, "dev")["training"]
+    kueue.submit(cluster, 0)
+    kueue.pods_ready(key(cluster), ray_cluster_pods_ready("ready"), MIN)
+    _autoscale_to_max(kueue, cluster, 5 * MIN)
+    workload = kueue.workload(key(cluster))
+    counts = kueue.admitted_counts(key(cluster)) or {}
+    assert counts.get("g6", 0) == 0 or not workload.pods_ready, (
+        f"{workload.name} admitted {counts} and is PodsReady={workload.pods_ready} "
+        f"({workload.conditions['PodsReady'].reason}) with every worker Pending"
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 #3: Pending elastic workers keep the group's quota")
+def test_pending_ray_workers_do_not_keep_the_groups_quota(dist: Path) -> None:
+    kueue = platform_kueue("dev")
+    objects = dist_objects(dist, "dev")
+    cluster, nvrx = objects["training"], objects["nvrx-fsdp"]
+    kueue.submit(cluster, 0)
+    kueue.pods_ready(key(cluster), ray_cluster_pods_ready("ready"), MIN)
+    _autoscale_to_max(kueue, cluster, 5 * MIN)
+    kueue.submit(nvrx, 10 * MIN)
+    kueue.advance(24 * 60 * MIN)
+    admitted = [e for e in kueue.history if e.job == key(nvrx) and e.kind == "Admitted"]
+    pending = [e for e in kueue.history if e.job == key(nvrx) and e.kind == "Pending"]
+    assert admitted, f"nvrx-fsdp never admitted in 24 h: {pending[-1].message if pending else None}"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 #2: the RayJob keeps its GPU workers 600 s after Kueue frees them")
+def test_a_finished_rayjob_frees_its_nodes_when_kueue_frees_its_quota(dist: Path) -> None:
+    kueue = platform_kueue("dev")
+    objects = dist_objects(dist, "dev")
+    rayjob, nvrx = objects["qwen-finetune"], objects["nvrx-fsdp"]
+    kueue.submit(rayjob, 0)
+    kueue.pods_ready(key(rayjob), True, MIN)
+    kueue.submit(nvrx, 2 * MIN)
+    events = kueue.finished(key(rayjob), 30 * MIN, succeeded=True)
+    (admitted,) = [e for e in events if e.job == key(nvrx) and e.kind == "Admitted"]
+    # KubeRay deletes the cluster (and its GPU workers) ttlSecondsAfterFinished after the job ends.
+    workers_gone = 30 * MIN + int(rayjob["spec"].get("ttlSecondsAfterFinished", 0))
+    assert workers_gone - admitted.time <= 60, (
+        f"nvrx-fsdp admitted at {admitted.time / MIN:.0f} min onto nodes the RayJob's workers hold "
+        f"until {workers_gone / MIN:.0f} min"
+    )
+
+
+# -- the clock
+
+
+def test_time_scale_is_one_factor() -> None:
+    scale = TimeScale(60)
+    assert scale.cluster(20) == 20 * MIN
+    assert scale.wall(rendered_config("dev").wait_for_pods_ready.timeout) == 20
+    with pytest.raises(KueueError, match=r"--time-scale 0: a factor above 0"):
+        TimeScale(0)
+
+
+def test_time_never_goes_back_and_unknown_jobs_are_named() -> None:
+    kueue = platform_kueue("dev")
+    kueue.advance(10)
+    with pytest.raises(KueueError, match="time went backwards"):
+        kueue.advance(5)
+    with pytest.raises(KueueError, match=r"Job/training/ghost is not a workload Kueue admits"):
+        kueue.pods_ready("Job/training/ghost", True, 20)
+
+
+# -- the Admission seam the run loop polls (rehearse/seams.py)
+
+
+@dataclasses.dataclass
+class FakeClock:
+    t: float = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    kind: str
+    name: str
+    namespace: str
+    obj: dict[str, Any] = dataclasses.field(compare=False, hash=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    labels: dict[str, str]
+
+
+@dataclasses.dataclass
+class FakePod:
+    name: str
+    phase: str = "Running"
+    plan: Plan = dataclasses.field(default_factory=lambda: Plan({}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    reason: str
+
+
+def seam(env_name: str, clock: FakeClock, factor: float = 60) -> KueueAdmission[Waiting]:
+    return KueueAdmission(platform_kueue(env_name), clock=clock, time_scale=TimeScale(factor), pending=Waiting)
+
+
+def ref(obj: dict[str, Any]) -> Ref:
+    return Ref(obj["kind"], obj["metadata"]["name"], obj["metadata"]["namespace"], obj)
+
+
+def test_seam_admits_in_turn_and_times_out_on_the_scaled_clock() -> None:
+    clock = FakeClock()
+    admission = seam("dev", clock)
+    first, second = ref(gpu_job("first")), ref(gpu_job("second"))
+    assert admission.admit(first) is True
+    answer = admission.admit(second)
+    assert isinstance(answer, Waiting)
+    assert answer.reason.startswith("Pending: couldn't assign flavors to pod set main: ")
+    unlabelled = gpu_job("free")
+    del unlabelled["metadata"]["labels"]
+    assert admission.admit(ref(unlabelled)) is True  # not Kueue's
+    # One pod of two runs: not PodsReady; 20 wall seconds at 60x are Kueue's 20 minutes.
+    admission.pod_ready(first, FakePod("first-0"))
+    clock.t += 20
+    ((evicted, reason),) = admission.evictions()
+    assert evicted == first
+    assert reason == "PodsReadyTimeout: Exceeded the PodsReady timeout training/job-first"
+    assert admission.admit(second) is True  # the evicted one left the quota while in backoff
+    answer = admission.admit(first)
+    assert isinstance(answer, Waiting)
+    assert answer.reason.startswith("requeued at 1260 s cluster time after PodsReadyTimeout")
+
+
+def test_seam_counts_pods_ready_and_finishes_jobs_but_never_a_raycluster(dist: Path) -> None:
+    clock = FakeClock()
+    admission = seam("dev", clock)
+    job = ref(gpu_job("job"))
+    assert admission.admit(job) is True
+    admission.pod_ready(job, FakePod("job-0"))
+    admission.pod_ready(job, FakePod("job-1"))
+    assert admission.kueue.workload(job.key).pods_ready
+    admission.pod_ended(job, FakePod("job-0", phase="Succeeded"))
+    assert admission.kueue.workload(job.key).pods_ready  # ready + succeeded still cover the PodSet
+    admission.workload_finished(job, "Complete")
+    assert admission.kueue.workload(job.key).finished
+    cluster = ref(dist_objects(dist, "dev")["training"])
+    assert admission.admit(cluster) is True
+    head = FakePod("training-head", plan=Plan({"ray.io/node-type": "head", "ray.io/group": "headgroup"}))
+    admission.pod_ready(cluster, head)
+    assert admission.kueue.workload(cluster.key).pods_ready
+    admission.workload_finished(cluster, "Ready")
+    assert not admission.kueue.workload(cluster.key).finished  # RayCluster.Finished is always false
+    placed = admission.pod_set_admission(cluster, head.plan.labels)
+    assert placed is not None
+    assert placed.node_labels == dict(SYSTEM_NODE_SELECTOR)
+    worker_labels = {"ray.io/node-type": "worker", "ray.io/group": "g6"}
+    assert pod_set_of("RayCluster", worker_labels) == "g6"
+    assert pod_set_of("RayJob", {"job-name": "qwen-finetune"}) == "submitter"
