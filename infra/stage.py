@@ -26,7 +26,7 @@ from aws_cdk import CfnOutput, Stack, Stage, Tags
 from aws_cdk import Environment as CdkEnvironment
 from constructs import Construct
 
-from infra.addons.fsx_checkpoints import CLAIM_NAMESPACES, FsxCheckpointStorage
+from infra.addons.fsx_checkpoints import FsxCheckpointStorage
 from infra.addons.stack import ClusterAddOns
 from infra.cluster import EksCluster
 from infra.monitoring import AlarmTopic, EnvironmentDashboard, GpuGroupAlarms
@@ -34,6 +34,7 @@ from infra.network import Network
 from infra.nodegroups.efa import EfaNodeGroup
 from infra.nodegroups.system import SystemNodeGroup
 from infra.spec import Environment, GpuNodeGroupConfig
+from k8s.checkpoint_volumes import CLAIM_NAMESPACES
 
 
 class PlatformStack(Stack):

@@ -227,6 +227,7 @@ ADDON_PODS: tuple[AddOnPod, ...] = (
         memory_mib=_mib(_KUEUE.memory_request),
         where=Where.SYSTEM,
         enabled_by="kueue",
-        source="infra/spec/kueue.py KueueProps (controllerManager.manager.resources.requests), nodeSelector role=system",
+        source="infra/spec/kueue.py KueueProps (controllerManager.manager.resources.requests), "
+        "nodeSelector role=system",
     ),
 )

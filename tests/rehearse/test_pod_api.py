@@ -68,7 +68,7 @@ def test_a_missing_executable_is_a_start_error_128_with_the_message_in_the_summa
     assert (p.exit_codes["main"], p.reasons["main"]) == (128, "StartError")
     assert 'exec: "pyhton3": executable file not found in $PATH' in p.messages["main"]
     table = format_table(result)
-    assert 'StartError: failed to create containerd task' in table, table
+    assert "StartError: failed to create containerd task" in table, table
     assert '"pyhton3": executable file not found' in table, table
 
 

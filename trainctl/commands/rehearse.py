@@ -7,10 +7,11 @@ PLATFORM_REHEARSAL=cpu, which the training code honours to use CPU and gloo; GPU
 reported, not satisfied, and images are not pulled (this machine's Python environment runs instead).
 Needs Linux and root (or unprivileged user namespaces).
 
-With --env E the pods run on a simulated cluster of environment E (rehearse/cluster, built from
-infra/spec): its system nodes and the GPU nodes --nodes asks for, kube-scheduler's filters, so a pod
-that fits no node stays Pending with kube-scheduler's message, and node loss with --kill-node.
-Times are cluster time; --time-scale X runs every controller timeout X times faster.
+With --env E the pods run on a simulated cluster of environment E, built from infra/spec
+(rehearse/cluster): its system nodes and the GPU nodes --nodes asks for, kube-scheduler's filters
+(a pod that fits no node stays Pending with kube-scheduler's message), Kueue v0.19.2 admission for
+labelled workloads, and node loss with --kill-node. Times, --timeout included, are then cluster
+seconds; --time-scale X makes every controller timeout run X times faster.
 """
 
 from __future__ import annotations
@@ -20,16 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from rehearse import (
-    Kill,
-    Options,
-    RehearsalError,
-    format_table,
-    load_manifests,
-    parse_node_kill,
-    parse_nodes,
-    run,
-)
+from rehearse import Kill, Options, RehearsalError, format_table, load_manifests, run
 from trainctl.exit_codes import ExitCode
 
 
@@ -73,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--env",
         default=None,
         metavar="E",
-        help="run on environment E's cluster (infra/spec/environments.py): its nodes, kube-scheduler's filters",
+        help="run on environment E's cluster (infra/spec/environments.py): its nodes, kube-scheduler, Kueue",
     )
     parser.add_argument(
         "--nodes",
@@ -87,14 +79,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=float,
         default=1.0,
         metavar="X",
-        help="cluster seconds per wall second: every controller timeout runs X times faster (default 1)",
+        help="with --env: cluster seconds per wall second, every controller timeout X times faster (default 1)",
     )
     parser.add_argument(
         "--kill-node",
         action="append",
         default=[],
         metavar="NODE@SECONDS",
-        help="with --env: lose NODE (alias such as g6-0, or name) at SECONDS cluster time; repeatable",
+        help="with --env: lose NODE (an alias such as g6-0, or its name) at SECONDS cluster time; repeatable",
     )
     parser.set_defaults(run=run_command)
 
@@ -107,13 +99,24 @@ def run_command(args: argparse.Namespace) -> int:
             kills=tuple(Kill.parse(k) for k in args.kill),
             backoff_base_s=args.pod_backoff,
             host_paths=tuple(args.host_path),
-            environment=args.env,
-            gpu_nodes=tuple(parse_nodes(n) for n in args.nodes),
-            time_scale=args.time_scale,
-            node_kills=tuple(parse_node_kill(k) for k in args.kill_node),
             log=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
         )
-        rehearsal = run(load_manifests(args.files), options)
+        manifests = load_manifests(args.files)
+        if args.env is not None:
+            from rehearse.cluster.session import parse_node_kill, parse_nodes, run_on_environment
+
+            rehearsal = run_on_environment(
+                manifests,
+                options,
+                environment=args.env,
+                gpu_nodes=dict(parse_nodes(n) for n in args.nodes),
+                time_scale=args.time_scale,
+                node_kills=tuple(parse_node_kill(k) for k in args.kill_node),
+            )
+        elif args.nodes or args.kill_node or args.time_scale != 1.0:
+            raise RehearsalError("--nodes, --kill-node and --time-scale need --env (the cluster they apply to)")
+        else:
+            rehearsal = run(manifests, options)
     except RehearsalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.ERROR

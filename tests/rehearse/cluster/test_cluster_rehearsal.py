@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from rehearse import Options, Rehearsal, RehearsalError, run
+from rehearse import Options, Rehearsal, RehearsalError
 from rehearse.cluster.placement import NodeKill
+from rehearse.cluster.session import run_on_environment
 from trainctl.cli import main
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
@@ -45,10 +46,13 @@ def job(name: str, script: str, *, resources: dict[str, Any] | None = None, **sp
     }
 
 
-def rehearse(tmp_path: Path, *objects: dict[str, Any], **options: Any) -> Rehearsal:
+def rehearse(
+    tmp_path: Path, *objects: dict[str, Any], cluster: dict[str, Any] | None = None, **options: Any
+) -> Rehearsal:
     options.setdefault("backoff_base_s", 0.0)
     options.setdefault("timeout_s", 60.0)
-    return run(list(objects), Options(output_dir=tmp_path / "out", environment="dev", **options))
+    opts = Options(output_dir=tmp_path / "out", **options)
+    return run_on_environment(list(objects), opts, environment="dev", **(cluster or {}))
 
 
 def test_a_pod_runs_on_a_node_it_fits_and_one_too_big_stays_pending_with_the_schedulers_reason(
@@ -64,11 +68,13 @@ def test_a_pod_runs_on_a_node_it_fits_and_one_too_big_stays_pending_with_the_sch
     ran = result.workload("fits")
     assert ran.state == "Complete", ran.message
     pod = ran.pods[0]
-    assert pod.node is not None and pod.node.startswith("ip-10-10-")
+    assert pod.node is not None
+    assert pod.node.startswith("ip-10-10-")
     assert f"node {pod.node} {pod.node.split('.')[0][3:].replace('-', '.')}" in pod.log()
     waiting = result.workload("too-big")
     assert waiting.state == "Timeout"
-    assert waiting.pods[0].node is None and waiting.pods[0].start_s is None
+    assert waiting.pods[0].node is None
+    assert waiting.pods[0].start_s is None
     assert waiting.pods[0].pending_reason == "0/2 nodes are available: 2 Insufficient cpu."
     assert result.exit_code == 1
 
@@ -115,32 +121,36 @@ def test_node_loss_during_a_job_evicts_its_pod_after_the_toleration_and_the_job_
     result = rehearse(
         tmp_path,
         loss,
-        gpu_nodes=(("g6", 2),),
-        time_scale=100.0,
-        node_kills=(NodeKill(node="g6-0", seconds=100),),
-        timeout_s=90.0,
+        cluster={"gpu_nodes": {"g6": 2}, "time_scale": 100.0, "node_kills": (NodeKill(node="g6-0", seconds=100),)},
+        timeout_s=9000.0,
     )
     workload = result.workload("loss")
     assert workload.state == "Complete", (
         f"{workload.message} {[(p.name, p.phase, p.pending_reason) for p in workload.pods]}"
     )
-    nodes = {n["alias"]: n for n in result.nodes}
+    assert result.cluster is not None
+    nodes = {n["alias"]: n for n in result.cluster["nodes"]}
     assert nodes["g6-0"]["ready"] is False
     evicted = workload.pods[0]
-    assert evicted.node == nodes["g6-0"]["name"] and evicted.phase == "Failed"
+    assert evicted.node == nodes["g6-0"]["name"]
+    assert evicted.phase == "Failed"
     assert {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"} in evicted.conditions
-    assert evicted.end_s is not None and evicted.end_s >= 100 + 40 + 300
+    assert evicted.end_s is not None
+    assert evicted.end_s >= 100 + 40 + 300
     replacement = workload.pods[2]
-    assert replacement.name.startswith("loss-0-") and replacement.node == nodes["g6-1"]["name"]
+    assert replacement.name.startswith("loss-0-")
+    assert replacement.node == nodes["g6-1"]["name"]
     assert "done on " + nodes["g6-1"]["name"] in replacement.log()
 
 
-def test_cluster_options_are_checked(tmp_path: Path) -> None:
-    with pytest.raises(RehearsalError, match="need --env"):
-        Options(gpu_nodes=(("g6", 1),))
+def test_cluster_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "x.yaml"
+    manifest.write_text(json.dumps(job("x", "print(1)")))
+    assert main(["rehearse", "--nodes", "g6=1", str(manifest)]) == 2
+    assert "need --env" in capsys.readouterr().err
     with pytest.raises(RehearsalError, match="time-scale"):
-        Options(environment="dev", time_scale=0)
+        rehearse(tmp_path, job("x", "print(1)"), cluster={"time_scale": 0})
     with pytest.raises(RehearsalError, match=r"--nodes g6=9"):
-        rehearse(tmp_path, job("x", "print(1)"), gpu_nodes=(("g6", 9),))
+        rehearse(tmp_path, job("x", "print(1)"), cluster={"gpu_nodes": {"g6": 9}})
     with pytest.raises(RehearsalError, match="hugepages-2Mi"):
         rehearse(tmp_path, job("h", "print(1)", resources={"limits": {"hugepages-2Mi": "10Mi", "memory": "1Gi"}}))

@@ -15,8 +15,9 @@ from infra.spec import ENVIRONMENTS
 from k8s.checkpoint_volumes import checkpoint_manifests
 from rehearse import load_manifests
 from rehearse.cluster.nodes import build_nodes
-from rehearse.cluster.placement import ClusterPlacement, NodeBinding, Pending, scheduling_spec
+from rehearse.cluster.placement import ClusterPlacement, scheduling_spec
 from rehearse.kuberay import RayClusterPods
+from rehearse.seams import Pending
 
 
 def cluster(env_name: str, objects: list[dict[str, Any]]) -> ClusterPlacement:
@@ -47,10 +48,10 @@ def test_the_ray_cluster_head_and_the_ray_job_head_both_get_a_node(dist: Path, e
     objects = load_manifests(sorted((dist / env_name).glob("*.yaml")))
     placement = cluster(env_name, objects)
     by_kind = {o["kind"]: o for o in objects if o["kind"] in ("RayCluster", "RayJob")}
-    first = placement.place(*head(by_kind["RayCluster"]))
-    assert isinstance(first, NodeBinding), first
-    second = placement.place(*head(by_kind["RayJob"]))
-    assert isinstance(second, NodeBinding), f"RayJob head Pending: {getattr(second, 'reason', second)}"
+    first = placement.place_spec(*head(by_kind["RayCluster"]))
+    assert isinstance(first, str), first
+    second = placement.place_spec(*head(by_kind["RayJob"]))
+    assert isinstance(second, str), f"RayJob head Pending: {getattr(second, 'reason', second)}"
 
 
 def test_today_the_ray_job_head_is_pending_behind_the_ray_cluster_head_with_the_schedulers_reason(
@@ -60,10 +61,12 @@ def test_today_the_ray_job_head_is_pending_behind_the_ray_cluster_head_with_the_
     objects = load_manifests(sorted((dist / "dev").glob("*.yaml")))
     placement = cluster("dev", objects)
     by_kind = {o["kind"]: o for o in objects if o["kind"] in ("RayCluster", "RayJob")}
-    first = placement.place(*head(by_kind["RayCluster"]))
-    assert isinstance(first, NodeBinding) and first.labels["topology.kubernetes.io/zone"] == "us-west-2a"
-    second = placement.place(*head(by_kind["RayJob"]))
-    if isinstance(second, NodeBinding):
+    first = placement.place_spec(*head(by_kind["RayCluster"]))
+    assert isinstance(first, str)
+    assert placement.nodes[0].name == first
+    assert placement.nodes[0].zone == "us-west-2a"
+    second = placement.place_spec(*head(by_kind["RayJob"]))
+    if isinstance(second, str):
         pytest.skip("the heads fit together now (issue 22 #1 fixed): the xfail test above turned green")
     assert isinstance(second, Pending)
     # System node in the FSx zone: short of cpu and memory; the other system node: wrong zone for the claim;

@@ -104,7 +104,8 @@ def test_a_claim_pinned_to_another_zone_gives_volume_node_affinity_conflict_sort
 
 def test_a_claim_in_the_nodes_zone_schedules() -> None:
     result = schedule(pod(volumes=CLAIM), [node("b", zone="z-b"), node("a", zone="z-a")], zone_claim("z-a"))
-    assert isinstance(result, Scheduled) and result.node.name == "a"
+    assert isinstance(result, Scheduled)
+    assert result.node.name == "a"
 
 
 def test_a_missing_claim_is_rejected_before_any_node_filter() -> None:
@@ -133,7 +134,8 @@ def test_the_first_rejecting_filter_gives_the_reason() -> None:
 def test_node_selector_and_required_node_affinity() -> None:
     nodes = [node("sys", labels={"role": "system"}), node("other", labels={"role": "gpu-worker"})]
     result = schedule(pod(nodeSelector={"role": "system"}), nodes, Volumes())
-    assert isinstance(result, Scheduled) and result.node.name == "sys"
+    assert isinstance(result, Scheduled)
+    assert result.node.name == "sys"
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -144,7 +146,8 @@ def test_node_selector_and_required_node_affinity() -> None:
         }
     }
     result = schedule(pod(affinity=affinity), nodes, Volumes())
-    assert isinstance(result, Scheduled) and result.node.name == "other"
+    assert isinstance(result, Scheduled)
+    assert result.node.name == "other"
     message = pending(schedule(pod(nodeSelector={"role": "none"}), nodes, Volumes()))
     assert message == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
 
@@ -206,7 +209,8 @@ def test_the_least_allocated_feasible_node_is_chosen() -> None:
     busy, idle = node("busy"), node("idle")
     busy.pods.append(BoundPod(name="x", namespace="ns", labels={}, requests={"cpu": 2000}))
     result = schedule(pod(), [busy, idle], Volumes())
-    assert isinstance(result, Scheduled) and result.node.name == "idle"
+    assert isinstance(result, Scheduled)
+    assert result.node.name == "idle"
 
 
 def test_fit_error_sorts_the_histogram_as_strings() -> None:
