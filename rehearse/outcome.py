@@ -182,7 +182,8 @@ def outcome(controller: Controller, now: float, began: float = 0.0) -> WorkloadO
         namespace=controller.namespace,
         state=state,
         message=message,
-        wall_s=(controller.finished or now) - controller.started,
+        # A workload never started (not admitted) has no time of its own.
+        wall_s=(controller.finished or now) - controller.started if controller.pods else 0.0,
         pods=pods,
         notes=sorted(set(notes)),
         uid=str(getattr(controller, "uid", "")),

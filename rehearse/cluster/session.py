@@ -43,7 +43,7 @@ from rehearse.cluster.nodes import ClusterNode, build_nodes
 from rehearse.cluster.placement import ClusterPlacement, NodeKill, node_address
 from rehearse.errors import RehearsalError
 from rehearse.options import Options
-from rehearse.seams import Pending
+from rehearse.seams import Clock, Pending
 
 if TYPE_CHECKING:
     from rehearse.outcome import Rehearsal
@@ -90,7 +90,7 @@ class ScaledClock:
 class RecordingKueueAdmission(KueueAdmission[Pending]):
     """KueueAdmission that keeps every Kueue event for the report."""
 
-    def __init__(self, kueue: Kueue, *, clock: ScaledClock) -> None:
+    def __init__(self, kueue: Kueue, *, clock: Clock) -> None:
         super().__init__(kueue, clock=clock, time_scale=TimeScale(1.0), pending=Pending)
         self.events: list[Event] = []
 
@@ -105,11 +105,8 @@ class ClusterSession:
     nodes: list[ClusterNode]
     placement: ClusterPlacement
     admission: RecordingKueueAdmission | None
-    clock: ScaledClock
-
-    @property
-    def time_scale(self) -> float:
-        return self.clock.factor
+    clock: Clock
+    time_scale: float
 
 
 def _storage_objects(env: Environment) -> list[dict[str, Any]]:
@@ -150,19 +147,22 @@ def cluster_options(
     gpu_nodes: Mapping[str, int] | None = None,
     time_scale: float = 1.0,
     node_kills: Sequence[NodeKill] = (),
+    clock: Clock | None = None,
 ) -> tuple[Options, ClusterSession]:
-    """`options` with the environment's cluster behind the Placement, Admission and Clock seams."""
+    """`options` with the environment's cluster behind the Placement, Admission and Clock seams (`clock`: a
+    clock of cluster time to use instead of the ScaledClock, e.g. the fake runtime's)."""
     try:
         env = get_environment(environment)
         nodes = build_nodes(env, gpu_nodes)
     except ConfigError as exc:
         raise RehearsalError(str(exc)) from exc
-    clock = ScaledClock(time_scale)
+    cluster_clock: Clock = clock if clock is not None else ScaledClock(time_scale)
     admission: RecordingKueueAdmission | None = None
     if env.add_ons.kueue:
         try:
             config = KueueConfig.from_configuration(manager_config(kueue_props(env.add_ons.kuberay_operator)))
-            admission = RecordingKueueAdmission(Kueue(Queues.from_objects(queue_objects(env)), config), clock=clock)
+            kueue = Kueue(Queues.from_objects(queue_objects(env)), config)
+            admission = RecordingKueueAdmission(kueue, clock=cluster_clock)
         except KueueError as exc:
             raise RehearsalError(str(exc)) from exc
     ray_jobs = {
@@ -180,11 +180,18 @@ def cluster_options(
     placement = ClusterPlacement.for_objects(
         nodes, [*_storage_objects(env), *manifests], kills=node_kills, flavors=flavors
     )
-    session = ClusterSession(environment=env, nodes=nodes, placement=placement, admission=admission, clock=clock)
+    session = ClusterSession(
+        environment=env,
+        nodes=nodes,
+        placement=placement,
+        admission=admission,
+        clock=cluster_clock,
+        time_scale=time_scale,
+    )
     changes: dict[str, Any] = {
         "placement": placement,
-        "clock": clock,
-        "tick_s": WALL_TICK_S * time_scale,
+        "clock": cluster_clock,
+        "tick_s": WALL_TICK_S * time_scale if clock is None else options.tick_s,
         "node_addresses": {n.name: node_address(n) for n in nodes},
     }
     if admission is not None:
