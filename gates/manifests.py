@@ -7,6 +7,7 @@ import copy
 import functools
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,21 +73,50 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _schema(obj: dict[str, Any]) -> Iterator[str]:
+@dataclass(frozen=True)
+class SchemaViolation:
+    """One way an object does not match its schema: the schema's origin, the field path, the error."""
+
+    source: str
+    path: tuple[str | int, ...]
+    error: jsonschema.ValidationError | None
+    message: str
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(str(p) for p in self.path) or "(root)"
+
+
+def schema_violations(obj: dict[str, Any]) -> Iterator[SchemaViolation]:
+    """The object against its vendored CRD or the Kubernetes schema of the cluster version, strictly
+    (unknown fields are errors, as with `kubectl apply --validate=strict`). kubernetes-validate reports
+    the best-matching error of an object only; the CRDs report every error."""
     key = (obj.get("apiVersion", ""), obj.get("kind", ""))
     if key in _crds():
         schema, source = _crds()[key]
         for error in sorted(jsonschema.Draft7Validator(schema).iter_errors(obj), key=str):
-            path = ".".join(str(p) for p in error.absolute_path) or "(root)"
-            yield f"{key[1]} does not match the {source} CRD at {path}: {error.message}"
+            yield SchemaViolation(f"{source} CRD", tuple(error.absolute_path), error, error.message)
         return
+    source = f"Kubernetes {KUBERNETES_VERSION} schema"
     try:
         kubernetes_validate.validate(obj, f"{KUBERNETES_VERSION}.0", strict=True)
     except kubernetes_validate.ValidationError as exc:
-        path = ".".join(str(p) for p in exc.path) or "(root)"
-        yield f"{key[1]} does not match the Kubernetes {KUBERNETES_VERSION} schema at {path}: {exc.message}"
+        yield SchemaViolation(source, tuple(exc.path), exc, exc.message)
     except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
-        yield f"no Kubernetes {KUBERNETES_VERSION} schema for {key[0]} {key[1]}: {exc}"
+        yield SchemaViolation(
+            source, (), None, f"no Kubernetes {KUBERNETES_VERSION} schema for {key[0]} {key[1]}: {exc}"
+        )
+
+
+def _schema(obj: dict[str, Any]) -> Iterator[str]:
+    kind = obj.get("kind", "")
+    for v in schema_violations(obj):
+        if v.error is None:
+            yield v.message
+        elif v.source.endswith(" CRD"):
+            yield f"{kind} does not match the {v.source.removesuffix(' CRD')} CRD at {v.dotted}: {v.message}"
+        else:
+            yield f"{kind} does not match the {v.source} at {v.dotted}: {v.message}"
 
 
 def _containers(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

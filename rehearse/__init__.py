@@ -19,8 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rehearse import manifests
 from rehearse.errors import RehearsalError
 from rehearse.loop import run
 from rehearse.network import Network
@@ -29,21 +28,13 @@ from rehearse.outcome import PodOutcome, Rehearsal, WorkloadOutcome, format_tabl
 from rehearse.platform import check_platform
 
 
-def load_manifests(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Every object of the YAML files (multi-document), or RehearsalError naming the file."""
-    objects: list[dict[str, Any]] = []
-    for path in paths:
-        try:
-            docs = list(yaml.safe_load_all(Path(path).read_text()))
-        except (OSError, yaml.YAMLError) as exc:
-            raise RehearsalError(f"{path}: cannot read Kubernetes YAML: {exc}") from exc
-        for doc in docs:
-            if doc is None:
-                continue
-            if not isinstance(doc, dict) or "kind" not in doc or "metadata" not in doc:
-                raise RehearsalError(f"{path}: a document is not a Kubernetes object (needs kind and metadata)")
-            objects.append(doc)
-    return objects
+def load_manifests(paths: Iterable[Path], recursive: bool = False) -> list[dict[str, Any]]:
+    """Every object of the files and directories, as `kubectl apply -f` reads them (rehearse/manifests.py:
+    several documents, `kind: List`, generateName), or RehearsalError naming the file."""
+    try:
+        return manifests.load_manifests(paths, recursive)
+    except manifests.ManifestError as exc:
+        raise RehearsalError(str(exc)) from exc
 
 
 __all__ = [

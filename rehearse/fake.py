@@ -9,7 +9,7 @@ runtime (pods.py) instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ Dashboard = Callable[[Pod, str, float], dict[str, Any] | None]
 class FakeRuntime:
     def __init__(
         self,
-        scripts: dict[str, Sequence[Script]] | None = None,
+        scripts: Mapping[str, Sequence[Script]] | None = None,
         *,
         clock: FakeClock | None = None,
         dashboard: Dashboard | None = None,
@@ -69,7 +69,8 @@ class FakeRuntime:
                 self.attempts[prefix] = attempt + 1
                 sequence = self.scripts[prefix]
                 return sequence[min(attempt, len(sequence) - 1)]
-        return Script()
+        # Unscripted: a pod that restarts its containers forever (a Ray node) runs until deleted.
+        return Script(after_s=float("inf") if plan.spec.get("restartPolicy") == "Always" else 1.0)
 
     def create(self, plan: PodPlan) -> Pod:
         pod = Pod(plan=plan, directory=Path("/nonexistent/fake") / plan.name, started=self.clock.now(), images=["fake"])

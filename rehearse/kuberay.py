@@ -48,6 +48,7 @@ from typing import Any
 import yaml
 
 from rehearse.controller import PodAPI
+from rehearse.errors import RehearsalError
 from rehearse.jobs import JobController
 from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, random_suffix
 
@@ -58,6 +59,7 @@ DASHBOARD_AGENT_LISTEN_PORT = 52365
 RAY_CONTAINER = 0
 AUTOSCALER_CPU = "500m"
 AUTOSCALER_MEMORY = "512Mi"
+CLUSTER_SELECTOR_KEY = "ray.io/cluster"  # utils/constant.go RayJobClusterSelectorKey
 TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 # What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
 SUBMITTER_BACKOFF_LIMIT = 2
@@ -360,13 +362,56 @@ class RayJobController:
         self.name = meta["name"]
         self.namespace = meta.get("namespace", "default")
         self.spec = spec
+        mode = spec.get("submissionMode", "K8sJobMode")
+        if mode == "InteractiveMode":
+            raise RehearsalError(
+                f"RayJob/{self.name}: submissionMode InteractiveMode waits for a user to submit the Ray job "
+                "(KubeRay v1.7.0 rayjob_controller.go sets jobDeploymentStatus Waiting and submits nothing); the "
+                "rehearsal has no user to wait for. Rehearse it with submissionMode K8sJobMode and an entrypoint, "
+                "or as a RayCluster plus a Job that runs `ray job submit` against it"
+            )
+        if mode != "K8sJobMode":
+            raise RehearsalError(
+                f"RayJob/{self.name}: submissionMode {mode} is not emulated by the rehearsal (K8sJobMode is); "
+                "use K8sJobMode to rehearse the same entrypoint"
+            )
+        self.job_id = f"{self.name}-{random_suffix()}"
+        self.cluster_pods: list[Pod] = []
+        # clusterSelector: KubeRay uses the RayCluster named by the selector's ray.io/cluster value and never
+        # creates or deletes one (rayjob_controller.go initRayJobStatusIfNeed, RayJobClusterSelectorKey in
+        # utils/constant.go; "skipping resource deletion" for a terminal RayJob).
+        self.selected: RayClusterController | None = None
+        selector = spec.get("clusterSelector") or {}
+        if selector:
+            wanted = selector.get(CLUSTER_SELECTOR_KEY, "")
+            found = [
+                o
+                for o in self.run_objects
+                if o["kind"] == "RayCluster"
+                and o["metadata"]["name"] == wanted
+                and o["metadata"].get("namespace", "default") == self.namespace
+            ]
+            if not found:
+                raise RehearsalError(
+                    f"RayJob/{self.name}: clusterSelector {selector} names no RayCluster of this run "
+                    f"({CLUSTER_SELECTOR_KEY}={wanted or '<missing>'} in namespace {self.namespace}); KubeRay "
+                    "v1.7.0 would wait for that cluster forever. Give the RayCluster's manifest in the same files"
+                )
+            self.cluster = RayClusterPods(wanted, self.namespace, found[0]["spec"], f"RayCluster/{wanted}")
+            self.services: list[dict[str, Any]] = []
+            self.notes: list[str] = [f"runs on RayCluster/{wanted} of this run (clusterSelector)"]
+            return
         self.cluster = RayClusterPods(
             f"{self.name}-{random_suffix()}", self.namespace, spec["rayClusterSpec"], f"RayJob/{self.name}"
         )
-        self.job_id = f"{self.name}-{random_suffix()}"
         self.services = self.cluster.services()
         self.notes = self.cluster.notes
-        self.cluster_pods: list[Pod] = []
+
+    @property
+    def head(self) -> Pod | None:
+        if self.selected is not None:
+            return self.selected.head
+        return self.cluster_pods[0] if self.cluster_pods and self.cluster_pods[0].running else None
 
     @property
     def done(self) -> bool:
@@ -374,6 +419,9 @@ class RayJobController:
 
     def start(self, api: PodAPI) -> None:
         self.started = api.now()
+        if self.selected is not None:
+            # The submitter is made once the selected cluster is Ready (tick), as KubeRay waits for it.
+            return
         self.cluster_pods = [api.start(plan) for plan in self.cluster.plans()]
         self.pods = list(self.cluster_pods)
         self.submitter = None
@@ -384,8 +432,11 @@ class RayJobController:
         """KubeRay creates the submitter Job once the RayCluster is ready (rayjob_controller.go: the RayJob
         stays Initializing until the cluster's state is Ready, then Running): here once every cluster pod
         runs, so a Ray pod left Pending (no node fits it) keeps the RayJob Initializing."""
-        if self.submitter is not None or any(p.pending for p in self.cluster_pods):
+        if self.selected is not None or self.submitter is not None or any(p.pending for p in self.cluster_pods):
             return
+        self._submit(api)
+
+    def _submit(self, api: PodAPI) -> None:
         self.deployment_status = "Running"
         self.submitter = JobController(self._submitter_job(), backoff_base_s=self.backoff_base_s)
         self.submitter.start(api)
@@ -454,13 +505,18 @@ class RayJobController:
             for pod in self.submitter.active:
                 pod.deleted_by_controller = True
                 api.kill(pod)
-        if not self.spec.get("shutdownAfterJobFinishes", False):
-            self.notes.append("shutdownAfterJobFinishes is false: KubeRay would keep the cluster; torn down here")
+        self.notes.append(cleanup_after_finish(self.spec, self.job_status, deployment))
         for pod in self.cluster_pods:
             pod.deleted_by_controller = True
             api.kill(pod)
 
     def tick(self, api: PodAPI) -> None:
+        if self.finished is None and self.submitter is None and self.selected is not None:
+            if self.selected.done:
+                self._finish(api, "Failed", f"RayCluster/{self.selected.name} ended before the job was submitted")
+            elif self.selected.ready:
+                self._submit(api)
+            return
         if self.finished is not None or self.deployment_status == "Suspended":
             return
         deadline = self.spec.get("activeDeadlineSeconds")
@@ -474,7 +530,8 @@ class RayJobController:
         self.pods += [p for p in self.submitter.pods if p not in self.pods]
         if not self.submitter.done:
             return
-        info = api.dashboard_get(self.cluster_pods[0], f"api/jobs/{self.job_id}")
+        head = self.head
+        info = api.dashboard_get(head, f"api/jobs/{self.job_id}") if head is not None else None
         if info is not None:
             self.job_status = str(info.get("status", "UNKNOWN"))
             self.message = str(info.get("message") or "")
@@ -501,3 +558,51 @@ class RayJobController:
 
     def state(self) -> tuple[str, str]:
         return self.deployment_status, f"jobStatus {self.job_status}: {self.message}".strip()
+
+
+# selectMostImpactfulRule (rayjob_controller.go): the order in which overdue deletion rules win.
+_IMPACT = {"DeleteSelf": 4, "DeleteCluster": 3, "DeleteWorkers": 2, "DeleteNone": 1}
+
+
+def cleanup_after_finish(spec: dict[str, Any], job_status: str, deployment_status: str) -> str:
+    """What KubeRay v1.7.0 does with a finished RayJob's cluster (rayjob_controller.go, the Complete/Failed
+    case of Reconcile): clusterSelector skips deletion; else deletionStrategy (feature RayJobDeletionPolicy,
+    on by default in v1.7.0: pkg/features/features.go), either `deletionRules` (handleDeletionRules: each rule
+    matching jobStatus or jobDeploymentStatus fires ttlSeconds after the end, the most impactful overdue one
+    first) or the legacy onSuccess/onFailure policy after ttlSecondsAfterFinished; else
+    shutdownAfterJobFinishes deletes the cluster after ttlSecondsAfterFinished; else it is kept.
+    The rehearsal itself always stops the cluster's pods when the RayJob ends; this says what the cluster does."""
+    ending = "the rehearsal stops the cluster's pods when the RayJob ends"
+    if spec.get("clusterSelector"):
+        return "clusterSelector: KubeRay never deletes the selected RayCluster; it keeps running after the job"
+    ttl = int(spec.get("ttlSecondsAfterFinished") or 0)
+    strategy = spec.get("deletionStrategy")
+    if strategy:
+        rules = strategy.get("deletionRules")
+        if rules is not None:
+            matched = []
+            for rule in rules:
+                condition = rule.get("condition") or {}
+                if "jobStatus" in condition:
+                    hit = condition["jobStatus"] == job_status
+                else:
+                    hit = condition.get("jobDeploymentStatus") == deployment_status
+                if hit:
+                    matched.append((int(condition.get("ttlSeconds") or 0), str(rule.get("policy"))))
+            if not matched:
+                return f"deletionStrategy: no deletionRule matches jobStatus {job_status}: KubeRay keeps it; {ending}"
+            steps = ", then ".join(
+                f"{policy} {seconds} s after the end"
+                for seconds, policy in sorted(matched, key=lambda m: (m[0], -_IMPACT.get(m[1], 0)))
+            )
+            return f"deletionStrategy rules for jobStatus {job_status}: KubeRay would {steps}; {ending}"
+        side = "onSuccess" if job_status == "SUCCEEDED" else "onFailure" if job_status == "FAILED" else None
+        if side is None:
+            return f"deletionStrategy: jobStatus {job_status} selects no policy: KubeRay keeps the cluster; {ending}"
+        policy = str((strategy.get(side) or {}).get("policy"))
+        if policy == "DeleteNone":
+            return f"deletionStrategy {side} DeleteNone: KubeRay keeps the cluster; {ending}"
+        return f"deletionStrategy {side} {policy}: KubeRay would apply it {ttl} s after the end; {ending}"
+    if spec.get("shutdownAfterJobFinishes"):
+        return f"shutdownAfterJobFinishes: KubeRay deletes the cluster {ttl} s after the end; {ending}"
+    return f"shutdownAfterJobFinishes is false: KubeRay keeps the cluster; {ending}"

@@ -289,6 +289,8 @@ def controller_for(obj: dict[str, Any], options: Options, objects: list[dict[str
         if kind == "RayJob":
             return RayJobController(obj, backoff_base_s=options.backoff_base_s, run_objects=objects)
         return RayClusterController(obj)
+    except RehearsalError:
+        raise
     except (KeyError, ValueError, TypeError) as exc:
         raise RehearsalError(f"{kind}/{obj['metadata'].get('name')}: cannot rehearse: {exc!r}") from exc
 
@@ -310,6 +312,10 @@ def prepare(manifests: Sequence[dict[str, Any]], options: Options) -> Prepared:
     }
     services = [o for o in objects if o["kind"] == "Service"]
     controllers = [controller_for(o, options, workloads) for o in workloads]
+    clusters = {(c.namespace, c.name): c for c in controllers if isinstance(c, RayClusterController)}
+    for c in controllers:
+        if isinstance(c, RayJobController) and c.spec.get("clusterSelector"):
+            c.selected = clusters[(c.namespace, c.cluster.name)]
     for c in controllers:
         services += list(getattr(c, "services", []))
     return Prepared(controllers=controllers, configmaps=configmaps, services=services, notes=notes)

@@ -1,4 +1,4 @@
-"""`trainctl rehearse FILE...`: run the manifests you will apply as pods on this machine, on CPU.
+"""`trainctl rehearse FILE|DIR...`: run the manifests you will apply as pods on this machine, on CPU.
 
 Every Job (Indexed too), RayJob and RayCluster in the files runs as isolated pods (own mount, PID,
 UTS and network namespaces; emptyDir private to a pod, one shared directory per PVC claim, ConfigMap
@@ -6,6 +6,12 @@ files, per-pod /etc/hosts with Service and pod DNS names) with Job and KubeRay s
 PLATFORM_REHEARSAL=cpu, which the training code honours to use CPU and gloo; GPU and EFA requests are
 reported, not satisfied, and images are not pulled (this machine's Python environment runs instead).
 Needs Linux and root (or unprivileged user namespaces).
+
+Input is strict, as `kubectl apply --validate=strict`: every object is checked against the Kubernetes
+1.36 schema and the vendored KubeRay/Kueue CRDs, and every workload field against the rehearsal's
+support table (docs/workloads.md) before anything runs. What only the image has (an absolute command
+this machine lacks, a container without a command, runtime_env pip pins this environment does not
+satisfy) and models or data from a hub are refused up front too, naming the fix.
 
 With --env E the pods run on a simulated cluster of environment E, built from infra/spec
 (rehearse/cluster): its system nodes and the GPU nodes --nodes asks for, kube-scheduler's filters
@@ -19,10 +25,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
-from rehearse import Kill, Options, RehearsalError, format_table, load_manifests, run
+from rehearse import Kill, Options, RehearsalError, format_table, run
+from rehearse.admission import Admission, InputError, admit
+from rehearse.manifests import ManifestError, load
+from rehearse.scale import SCALES, parse_pairs
+from rehearse.tiny_model import corpus_lines, save_tiny_model
 from trainctl.exit_codes import ExitCode
+
+EPILOG = """exit codes:
+  0    every workload ran and completed (or became Ready)
+  1    a workload failed or timed out
+  2    could not run: bad input (schema, API server rules), a kind or field the rehearsal does not
+       emulate, a command, package or model only the image or a hub has, no namespaces on this machine
+  3    --skip-unsupported skipped something (listed as SKIPPED) and everything that ran completed:
+       not everything was judged
+  130  interrupted (Ctrl-C): every pod was stopped; what ran so far is printed"""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,9 +51,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="run Jobs, RayJobs and RayClusters from manifests as isolated pods on this machine, on CPU",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit codes: 0 every workload completed, 1 one failed or timed out, 2 could not run",
+        epilog=EPILOG,
     )
-    parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="Kubernetes YAML (e.g. dist/dev/*.yaml)")
+    parser.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="Kubernetes YAML or JSON files or directories"
+    )
+    parser.add_argument(
+        "-R", "--recursive", action="store_true", help="read directories recursively (as kubectl apply -R)"
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="whole run (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument(
@@ -88,25 +113,83 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="NODE@SECONDS",
         help="with --env: lose NODE (an alias such as g6-0, or its name) at SECONDS cluster time; repeatable",
     )
+    parser.add_argument(
+        "--skip-unsupported",
+        action="store_true",
+        help="skip kinds and workloads the rehearsal does not emulate (listed as SKIPPED; exit 3, never 0)",
+    )
+    parser.add_argument(
+        "--scale",
+        choices=SCALES,
+        default="full",
+        help="small: the project's own workloads (training.nvrx_fsdp, training.ray_finetune) train the tiny "
+        "model built locally for a few steps with small batches; every rewrite is printed (default: full)",
+    )
+    parser.add_argument(
+        "--substitute",
+        action="append",
+        default=[],
+        metavar="REF=LOCAL_PATH",
+        help="use a local copy for a hub model or data id, or a URL, in the workloads' commands; repeatable",
+    )
+    parser.add_argument(
+        "--command-path",
+        action="append",
+        default=[],
+        metavar="IMAGE_PATH=LOCAL_PATH",
+        help="run LOCAL_PATH where a container's command is IMAGE_PATH, an absolute path only the image has; "
+        "repeatable",
+    )
     parser.set_defaults(run=run_command)
+
+
+def _report(admission: Admission) -> None:
+    for line in admission.notes:
+        print(f"note: {line}")
+    for skipped in admission.skipped:
+        print(str(skipped))
 
 
 def run_command(args: argparse.Namespace) -> int:
     try:
+        manifests = load(args.files, recursive=args.recursive)
+        try:
+            substitutes = parse_pairs(args.substitute, "--substitute")
+            command_paths = parse_pairs(args.command_path, "--command-path")
+        except ValueError as exc:
+            raise RehearsalError(str(exc)) from exc
+        output_dir = (args.output_dir or Path(tempfile.mkdtemp(prefix="rehearsal-"))).resolve()
+        small_model = output_dir / "scale-small" / "model" if args.scale == "small" else None
+        admission = admit(
+            manifests.objects,
+            manifests.sources,
+            skip_unsupported=args.skip_unsupported,
+            command_paths=command_paths,
+            substitutes=substitutes,
+            small_model=small_model,
+        )
+        admission.notes[:0] = [f"named {g} (as the API server would)" for g in manifests.generated]
+        host_paths = [p.resolve() for p in args.host_path] + [Path(p) for p in substitutes.values()]
+        if small_model is not None:
+            save_tiny_model(small_model, corpus_lines())
+            host_paths.append(small_model)
         options = Options(
-            output_dir=args.output_dir,
+            output_dir=output_dir,
             timeout_s=args.timeout,
             kills=tuple(Kill.parse(k) for k in args.kill),
             backoff_base_s=args.pod_backoff,
-            host_paths=tuple(args.host_path),
+            host_paths=tuple(host_paths),
             log=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
         )
-        manifests = load_manifests(args.files)
+        if not any(o["kind"] in ("Job", "RayJob", "RayCluster") for o in admission.objects):
+            _report(admission)
+            print("nothing ran: every workload was skipped", file=sys.stderr)
+            return ExitCode.NO_EVIDENCE
         if args.env is not None:
             from rehearse.cluster.session import parse_node_kill, parse_nodes, run_on_environment
 
             rehearsal = run_on_environment(
-                manifests,
+                admission.objects,
                 options,
                 environment=args.env,
                 gpu_nodes=dict(parse_nodes(n) for n in args.nodes),
@@ -116,9 +199,28 @@ def run_command(args: argparse.Namespace) -> int:
         elif args.nodes or args.kill_node or args.time_scale != 1.0:
             raise RehearsalError("--nodes, --kill-node and --time-scale need --env (the cluster they apply to)")
         else:
-            rehearsal = run(manifests, options)
+            rehearsal = run(admission.objects, options)
+    except ManifestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
+    except InputError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {len(exc.problems)} problem(s); nothing was run", file=sys.stderr)
+        return ExitCode.ERROR
     except RehearsalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.ERROR
-    print(json.dumps(rehearsal.to_json(), indent=2) if args.json else format_table(rehearsal))
-    return ExitCode.OK if rehearsal.exit_code == 0 else ExitCode.CHECK_FAILED
+    code = ExitCode.OK if rehearsal.exit_code == 0 else ExitCode.CHECK_FAILED
+    if code == ExitCode.OK and admission.skipped:
+        code = ExitCode.NO_EVIDENCE
+    if args.json:
+        document = rehearsal.to_json()
+        document["skipped"] = [{"kind": s.kind, "name": s.name, "reason": s.reason} for s in admission.skipped]
+        document["notes"] = [*admission.notes, *rehearsal.notes]
+        document["exit_code"] = int(code)
+        print(json.dumps(document, indent=2))
+    else:
+        _report(admission)
+        print(format_table(rehearsal))
+    return code

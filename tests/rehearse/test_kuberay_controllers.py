@@ -1,0 +1,160 @@
+"""RayCluster and RayJob as KubeRay v1.7.0 runs them, on the fake runtime (issue 27 findings 2, 6 and 7).
+
+Fixtures written here from KubeRay v1.7.0 ray-operator/controllers/ray/rayjob_controller.go (InteractiveMode
+-> Waiting; clusterSelector -> the RayCluster named by `ray.io/cluster`, never deleted; deletionStrategy
+rules/legacy policies, shutdownAfterJobFinishes) and raycluster_controller.go (a RayCluster is never deleted
+by the operator). Ray's dashboard answers are scripted: the fake runtime runs no Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rehearse import RehearsalError
+from rehearse.fake import FakeRuntime, Script, rehearse_fake
+from rehearse.pods import Pod
+
+NS = "t"
+GROUP = {
+    "rayStartParams": {},
+    "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.58.0"}]}},
+}
+
+
+def ray_cluster(name: str, workers: int = 1) -> dict[str, Any]:
+    worker = {
+        "groupName": "cpu",
+        "replicas": workers,
+        "rayStartParams": {},
+        "template": {"spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.58.0"}]}},
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"headGroupSpec": GROUP, "workerGroupSpecs": [worker]},
+    }
+
+
+def ray_job(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"entrypoint": "python -c 'print(1)'", **spec}
+    if "clusterSelector" not in spec:
+        body["rayClusterSpec"] = {"headGroupSpec": GROUP}
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name, "namespace": NS}, "spec": body}
+
+
+def submitting_job(name: str) -> dict[str, Any]:
+    containers = [{"name": "submit", "image": "x", "command": ["ray", "job", "submit", "--", "python", "t.py"]}]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": containers}}},
+    }
+
+
+def runtime_with_ray(
+    ready_at: float, job_status: str = "SUCCEEDED", scripts: dict[str, list[Script]] | None = None
+) -> FakeRuntime:
+    """A fake runtime whose Ray dashboards answer from `ready_at`: every running pod of the head's cluster
+    ALIVE, every submitted job in `job_status`."""
+    runtime = FakeRuntime(scripts)
+
+    def answer(head: Pod, path: str, now: float) -> dict[str, Any] | None:
+        if now < ready_at:
+            return None
+        if path.startswith("nodes"):
+            cluster = head.plan.labels["ray.io/cluster"]
+            nodes = [p for p in runtime.pods.values() if p.running and p.plan.labels.get("ray.io/cluster") == cluster]
+            return {"data": {"summary": [{"raylet": {"state": "ALIVE"}} for _ in nodes]}}
+        return {"status": job_status, "message": ""}
+
+    runtime.dashboard = answer
+    return runtime
+
+
+def test_a_standalone_ray_cluster_lives_until_the_job_that_uses_it_ends_then_is_reported_ready() -> None:
+    # Finding 7: the cluster was torn down at its first Ready while a Job was still submitting to it.
+    runtime = runtime_with_ray(0, scripts={"user-": [Script(after_s=40)]})
+    result = rehearse_fake([ray_cluster("shared", workers=1), submitting_job("user")], runtime)
+    cluster, user = result.workload("shared"), result.workload("user")
+    assert user.state == "Complete"
+    assert cluster.state == "Ready", cluster.message
+    assert "kept running until the run ended" in cluster.message
+    # Its head and worker ran for the whole of the Job's 40 s.
+    assert all(p.wall_s >= 40 for p in cluster.pods), [p.wall_s for p in cluster.pods]
+    assert result.exit_code == 0
+
+
+def test_a_run_of_only_ray_clusters_ends_when_each_is_ready() -> None:
+    result = rehearse_fake([ray_cluster("alone")], runtime_with_ray(6))
+    w = result.workload("alone")
+    assert w.state == "Ready"
+    assert 6 <= w.wall_s < 12
+
+
+def test_a_cluster_that_never_gets_ready_before_the_run_ends_is_not_ready_not_failed_silently() -> None:
+    runtime = runtime_with_ray(1000, scripts={"user-": [Script(after_s=3)]})
+    result = rehearse_fake([ray_cluster("slow"), submitting_job("user")], runtime)
+    assert result.workload("slow").state == "NotReady"
+    assert result.exit_code == 1
+
+
+def test_cluster_selector_runs_the_ray_job_on_the_ray_cluster_of_the_same_run_and_never_deletes_it() -> None:
+    runtime = runtime_with_ray(5)
+    job = ray_job("on-shared", clusterSelector={"ray.io/cluster": "shared"})
+    result = rehearse_fake([ray_cluster("shared"), job], runtime)
+    rj, cluster = result.workload("on-shared"), result.workload("shared")
+    assert (rj.state, rj.status["jobStatus"]) == ("Complete", "SUCCEEDED"), rj.message
+    # Only the submitter is the RayJob's; it was created once the selected cluster was Ready.
+    assert [p.name.startswith("on-shared-") for p in rj.pods] == [True]
+    assert rj.pods[0].wall_s == pytest.approx(1.0, abs=0.2)
+    assert any("clusterSelector: KubeRay never deletes" in n for n in rj.notes)
+    assert cluster.state == "Ready"
+
+
+def test_cluster_selector_naming_no_cluster_of_the_run_is_refused_saying_kuberay_would_wait_forever() -> None:
+    with pytest.raises(RehearsalError, match=r"clusterSelector .* names no RayCluster.*wait for that cluster forever"):
+        rehearse_fake([ray_job("orphan", clusterSelector={"ray.io/cluster": "missing"})])
+
+
+def test_interactive_mode_is_refused_explaining_it_waits_for_a_user_submission() -> None:
+    with pytest.raises(RehearsalError, match="InteractiveMode waits for a user to submit"):
+        rehearse_fake([ray_job("interactive", submissionMode="InteractiveMode")])
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "expected"),
+    [
+        (
+            {
+                "deletionStrategy": {
+                    "deletionRules": [
+                        {"policy": "DeleteWorkers", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 0}},
+                        {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 30}},
+                        {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED", "ttlSeconds": 0}},
+                    ]
+                }
+            },
+            "SUCCEEDED",
+            "KubeRay would DeleteWorkers 0 s after the end, then DeleteCluster 30 s after the end",
+        ),
+        (
+            {
+                "ttlSecondsAfterFinished": 10,
+                "deletionStrategy": {"onSuccess": {"policy": "DeleteNone"}, "onFailure": {"policy": "DeleteCluster"}},
+            },
+            "FAILED",
+            "deletionStrategy onFailure DeleteCluster: KubeRay would apply it 10 s after the end",
+        ),
+        ({"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 60}, "SUCCEEDED", "deletes the cluster 60 s"),
+        ({}, "SUCCEEDED", "shutdownAfterJobFinishes is false: KubeRay keeps the cluster"),
+    ],
+)
+def test_the_cluster_cleanup_kuberay_would_do_is_reported(spec: dict[str, Any], status: str, expected: str) -> None:
+    runtime = runtime_with_ray(0, status)
+    w = rehearse_fake([ray_job("cleanup", **spec)], runtime).workload("cleanup")
+    assert w.status["jobStatus"] == status
+    assert any(expected in n for n in w.notes), w.notes
