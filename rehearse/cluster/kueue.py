@@ -477,6 +477,13 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
 
 def _pod_set(name: str, count: int, template: Mapping[str, Any], extra: Sequence[Mapping[str, Any]] = ()) -> PodSet:
     spec = dict(template.get("spec") or {})
+    if spec.get("priorityClassName"):
+        raise UnsupportedError(f"PodSet {name}: priorityClassName (workload priority and preemption)")
+    topology = [
+        a for a in (template.get("metadata") or {}).get("annotations") or {} if a.startswith("kueue.x-k8s.io/podset-")
+    ]
+    if topology:
+        raise UnsupportedError(f"PodSet {name}: {', '.join(sorted(topology))} (topology-aware scheduling)")
     if extra:
         spec["containers"] = [*(spec.get("containers") or ()), *extra]
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
@@ -551,8 +558,6 @@ def workload_from_manifest(obj: Mapping[str, Any], config: KueueConfig) -> Workl
         parallelism = int(spec.get("parallelism", 1))
         completions = spec.get("completions")
         count = min(parallelism, int(completions)) if completions is not None else parallelism
-        if (spec["template"].get("spec") or {}).get("priorityClassName"):
-            raise UnsupportedError(f"Job {name}: priorityClassName (workload priority)")
         pod_sets = [_pod_set("main", count, spec["template"])]
     elif kind == "RayCluster":
         if spec.get("enableInTreeAutoscaling") and not elastic:
@@ -859,7 +864,7 @@ class Workload:
     evicted_at: float | None = None
     active: bool = True
     finished: bool = False
-    replaces: Workload | None = None
+    replaces: Workload | None = field(default=None, repr=False)
     ever_admitted: bool = False
 
     def condition(self, kind: str) -> Condition | None:
@@ -917,6 +922,23 @@ class Kueue:
             return None
         assert admitted[-1].admission is not None
         return admitted[-1].admission.counts()
+
+    def blocked_by(self) -> list[str]:
+        """While blockAdmission holds the scheduler: the admitted workloads not yet PodsReady."""
+        if self._blocked is None:
+            return []
+        return [w.name for w in self._workloads() if w.admission is not None and not w.finished and not w.pods_ready]
+
+    def head_before(self, job: str) -> str | None:
+        """The head of a StrictFIFO ClusterQueue the job's pending Workload waits behind, in words."""
+        wl = self.workload(job)
+        name = self._queue_name(wl)
+        if not wl.pending or name is None or self.queues.cluster_queues[name].strategy != "StrictFIFO":
+            return None
+        queued = sorted((w for w in self._queued() if self._queue_name(w) == name), key=self._order_key)
+        if not queued or queued[0] is wl:
+            return None
+        return f"{queued[0].name} in StrictFIFO ClusterQueue {name}"
 
     def next_deadline(self) -> float | None:
         times = [t for t in (self._deadline(w) for w in self._workloads()) if t is not None]
@@ -1394,6 +1416,14 @@ class KueueAdmission(Generic[P]):
             evicted = wl.conditions[EVICTED]
             return f"requeued at {wl.requeue_at:.0f} s cluster time after {evicted.reason}: {evicted.message}"
         reserved = wl.conditions.get(QUOTA_RESERVED)
+        blocked = self.kueue.blocked_by()
+        if blocked and (reserved is None or reserved.reason != REASON_WAITING):
+            # Kueue's scheduler is parked in WaitForPodsReady: this workload is not even looked at.
+            return (
+                f"{REASON_PENDING}: not evaluated while blockAdmission waits for {', '.join(blocked)} to be PodsReady"
+            )
+        if reserved is None and (head := self.kueue.head_before(job)) is not None:
+            return f"{REASON_PENDING}: queued behind {head}"
         return f"{reserved.reason}: {reserved.message}" if reserved is not None else REASON_PENDING
 
     def _report(self, workload: _WorkloadRef) -> None:

@@ -131,6 +131,18 @@ def test_queues_are_the_rendered_objects(env_name: str) -> None:
     assert queues.flavors["system"].node_labels == dict(SYSTEM_NODE_SELECTOR)
 
 
+def test_workload_features_not_emulated_are_refused() -> None:
+    config = rendered_config("dev")
+    job = gpu_job("urgent")
+    job["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    with pytest.raises(UnsupportedError, match=r"PodSet main: priorityClassName"):
+        workload_from_manifest(job, config)
+    job = gpu_job("packed")
+    job["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": "zone"}}
+    with pytest.raises(UnsupportedError, match=r"podset-required-topology \(topology-aware scheduling\)"):
+        workload_from_manifest(job, config)
+
+
 def test_queue_features_not_emulated_are_refused() -> None:
     objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
     queue = next(o for o in objects if o["kind"] == "ClusterQueue")
@@ -268,6 +280,30 @@ def test_flavors_follow_the_pod_selectors(dist: Path) -> None:
     assert list(worker.tolerations) == [gpu_toleration()]
 
 
+def test_the_system_flavor_is_zone_blind_and_admits_both_ray_heads(dist: Path) -> None:
+    """Issue 21/22 #1, Kueue's half: the RayCluster head and the RayJob head both take the `system`
+    flavor, whose quota is the system nodes of every zone together; whether they fit the one system
+    node of the FSx zone is for the scheduler to find out."""
+    kueue = platform_kueue("dev")
+    objects = dist_objects(dist, "dev")
+    cluster, rayjob = objects["training"], objects["qwen-finetune"]
+    kueue.submit(cluster, 0)
+    (waiting,) = kueue.submit(rayjob, MIN)
+    assert waiting.reason == "Waiting"  # blockAdmission until the RayCluster's head runs
+    events = kueue.pods_ready(key(cluster), ray_cluster_pods_ready("ready"), 2 * MIN)
+    (admitted,) = [e for e in events if e.kind == "Admitted"]
+    assert admitted.job == key(rayjob)
+    heads = [kueue.workload(key(o)).admission for o in (cluster, rayjob)]
+    system_cpu = sum(a.usage().get(("system", "cpu"), 0) for a in heads if a is not None)
+    expected = sum(
+        ps.requests.get("cpu", 0) * ps.count
+        for o in (cluster, rayjob)
+        for ps in kueue.workload(key(o)).spec.pod_sets
+        if ps.name in ("head", "submitter")
+    )
+    assert system_cpu == expected
+
+
 def test_quota_exhausted_the_second_waits_then_is_admitted_when_the_first_finishes() -> None:
     kueue = platform_kueue("dev")
     first, second = gpu_job("first"), gpu_job("second")
@@ -371,8 +407,11 @@ def test_block_admission_holds_a_workload_in_another_cluster_queue() -> None:
         "Waiting",
         "waiting for all admitted workloads to be in PodsReady condition",
     )
+    assert kueue.blocked_by() == ["job-on-p5"]
+    assert kueue.submit(gpu_job("third", group="g6", pods=1), 2 * MIN) == []  # the scheduler is parked
     events = kueue.pods_ready(key(p5), True, 7 * MIN)
     assert kinds(events) == [(7, "on-p5", "PodsReady"), (7, "on-g6", "Admitted")]
+    assert kueue.blocked_by() == ["job-on-g6"]
 
 
 def test_timeout_evicts_requeues_with_backoff_then_deactivates() -> None:
@@ -679,6 +718,10 @@ def test_seam_admits_in_turn_and_times_out_on_the_scaled_clock() -> None:
     answer = admission.admit(second)
     assert isinstance(answer, Waiting)
     assert answer.reason.startswith("Pending: couldn't assign flavors to pod set main: ")
+    third = ref(gpu_job("third", pods=1))
+    answer = admission.admit(third)
+    assert isinstance(answer, Waiting)
+    assert answer.reason == "Pending: queued behind job-second in StrictFIFO ClusterQueue gpu-g6"
     unlabelled = gpu_job("free")
     del unlabelled["metadata"]["labels"]
     assert admission.admit(ref(unlabelled)) is True  # not Kueue's
@@ -719,3 +762,15 @@ def test_seam_counts_pods_ready_and_finishes_jobs_but_never_a_raycluster(dist: P
     worker_labels = {"ray.io/node-type": "worker", "ray.io/group": "g6"}
     assert pod_set_of("RayCluster", worker_labels) == "g6"
     assert pod_set_of("RayJob", {"job-name": "qwen-finetune"}) == "submitter"
+
+
+def test_seam_says_when_blockadmission_keeps_a_workload_from_being_looked_at() -> None:
+    admission = seam("prod", FakeClock())
+    p5, g6, other = ref(gpu_job("p5", group="p5")), ref(gpu_job("g6", group="g6")), ref(gpu_job("other", pods=1))
+    assert admission.admit(p5) is True
+    answer = admission.admit(g6)
+    assert isinstance(answer, Waiting)
+    assert answer.reason == "Waiting: waiting for all admitted workloads to be in PodsReady condition"
+    answer = admission.admit(other)
+    assert isinstance(answer, Waiting)
+    assert answer.reason == "Pending: not evaluated while blockAdmission waits for job-p5 to be PodsReady"
