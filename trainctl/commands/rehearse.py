@@ -28,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from infra.spec import ENVIRONMENTS
 from rehearse import Kill, Options, RehearsalError, format_table, run
 from rehearse.admission import Admission, InputError, admit
 from rehearse.manifests import ManifestError, load
@@ -89,13 +90,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--env",
         default=None,
-        metavar="E",
+        choices=sorted(ENVIRONMENTS),
         help="run on environment E's cluster (infra/spec/environments.py): its nodes, kube-scheduler, Kueue",
     )
     parser.add_argument(
         "--nodes",
         action="append",
         default=[],
+        type=_group_count,
         metavar="GROUP=N",
         help="with --env: N nodes in GPU group GROUP (default 0, as deployed); repeatable",
     )
@@ -150,6 +152,15 @@ def _report(admission: Admission) -> None:
         print(str(skipped))
 
 
+def _group_count(text: str) -> tuple[str, int]:
+    from rehearse.cluster.session import parse_nodes
+
+    try:
+        return parse_nodes(text)
+    except RehearsalError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def run_command(args: argparse.Namespace) -> int:
     try:
         manifests = load(args.files, recursive=args.recursive)
@@ -186,13 +197,13 @@ def run_command(args: argparse.Namespace) -> int:
             print("nothing ran: every workload was skipped", file=sys.stderr)
             return ExitCode.NO_EVIDENCE
         if args.env is not None:
-            from rehearse.cluster.session import parse_node_kill, parse_nodes, run_on_environment
+            from rehearse.cluster.session import parse_node_kill, run_on_environment
 
             rehearsal = run_on_environment(
                 admission.objects,
                 options,
                 environment=args.env,
-                gpu_nodes=dict(parse_nodes(n) for n in args.nodes),
+                gpu_nodes=dict(args.nodes),
                 time_scale=args.time_scale,
                 node_kills=tuple(parse_node_kill(k) for k in args.kill_node),
             )
