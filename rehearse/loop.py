@@ -60,6 +60,7 @@ class Scheduler:
 
     backend: Backend
     placement: Placement
+    log: Callable[[str], None] = lambda _: None
     pending: list[Pod] = field(default_factory=list)
     launched: list[Pod] = field(default_factory=list)
     deleted: list[Pod] = field(default_factory=list)
@@ -76,6 +77,8 @@ class Scheduler:
     def _place(self, pod: Pod) -> bool:
         answer = self.placement.place(pod.plan)
         if isinstance(answer, Pending):
+            if answer.reason != pod.pending_reason:
+                self.log(f"pod {pod.name} Pending: {answer.reason}")
             pod.pending_reason = answer.reason
             return False
         self.backend.launch(pod, answer)
@@ -147,7 +150,7 @@ def drive(
     """Runs `controllers` on `backend` to the end of the run (see the module doc); the caller closes the backend."""
     clock = backend.clock
     log: Callable[[str], None] = options.log or (lambda _: None)
-    api = Scheduler(backend, options.placement)
+    api = Scheduler(backend, options.placement, log)
     admission = options.admission
     started = clock.now()
     admitted: set[int] = set()
