@@ -33,7 +33,7 @@ from aws_cdk import CfnOutput, Stack, Stage, Tags
 from aws_cdk import Environment as CdkEnvironment
 from constructs import Construct
 
-from infra.addons.fsx_checkpoints import CLAIM_NAMESPACES, FsxCheckpointStorage
+from infra.addons.fsx_checkpoints import FsxCheckpointStorage
 from infra.addons.stack import ClusterAddOns
 from infra.cluster import EksCluster
 from infra.monitoring import AlarmTopic, EnvironmentDashboard, GpuGroupAlarms
@@ -41,6 +41,7 @@ from infra.network import Network
 from infra.nodegroups.efa import EfaNodeGroup
 from infra.nodegroups.system import SystemNodeGroup
 from infra.spec import Environment, GpuNodeGroupConfig
+from infra.spec.checkpoint_volumes import CLAIM_NAMESPACES
 from infra.spec.replacement_names import gpu_nodegroup_name, system_nodegroup_name
 
 

@@ -125,6 +125,12 @@ class FakeRuntime:
             return
         finish_statuses(pod, killed=True)
 
+    def lose(self, pod: Pod) -> None:
+        """Its node is gone: the pod never ends on its own; only its eviction (`kill`) ends it."""
+        if pod.running and pod.launched is not None:
+            self._ends.pop(pod.name, None)
+            pod.node_lost = True
+
     def refresh(self, pod: Pod) -> None:
         return None
 

@@ -57,6 +57,8 @@ DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
 DASHBOARD_AGENT_LISTEN_PORT = 52365
 RAY_CONTAINER = 0
+AUTOSCALER_CPU = "500m"
+AUTOSCALER_MEMORY = "512Mi"
 CLUSTER_SELECTOR_KEY = "ray.io/cluster"  # utils/constant.go RayJobClusterSelectorKey
 TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 # What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
@@ -199,7 +201,29 @@ class RayClusterPods:
             "ray.io/node-type": node_type,
             "ray.io/group": group_name,
         }
-        return PodPlan(name=name, namespace=self.namespace, spec=spec, workload=self.workload, labels=labels)
+        unrun = []
+        if node_type == "head" and self.spec.get("enableInTreeAutoscaling"):
+            unrun.append(self.autoscaler_container())
+            self.notes.append("head: KubeRay's autoscaler sidecar is counted by a cluster's scheduler, not run")
+        return PodPlan(
+            name=name,
+            namespace=self.namespace,
+            spec=spec,
+            workload=self.workload,
+            labels=labels,
+            unrun_containers=unrun,
+        )
+
+    def autoscaler_container(self) -> dict[str, Any]:
+        """The sidecar KubeRay adds to the head pod with enableInTreeAutoscaling (ray-operator/controllers/
+        ray/common/pod.go BuildAutoscalerContainer: requests and limits 500m / 512Mi unless
+        autoscalerOptions.resources says otherwise)."""
+        options = self.spec.get("autoscalerOptions") or {}
+        resources = options.get("resources") or {
+            "requests": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
+            "limits": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
+        }
+        return {"name": "autoscaler", "image": options.get("image", "(the head's image)"), "resources": resources}
 
     def plans(self) -> list[PodPlan]:
         plans = [self.plan("head", self.spec["headGroupSpec"])]
@@ -400,11 +424,20 @@ class RayJobController:
             return
         self.cluster_pods = [api.start(plan) for plan in self.cluster.plans()]
         self.pods = list(self.cluster_pods)
+        self.submitter = None
+        self.deployment_status = "Initializing"
+        self._submit_when_ready(api)
+
+    def _submit_when_ready(self, api: PodAPI) -> None:
+        """KubeRay creates the submitter Job once the RayCluster is ready (rayjob_controller.go: the RayJob
+        stays Initializing until the cluster's state is Ready, then Running): here once every cluster pod
+        runs, so a Ray pod left Pending (no node fits it) keeps the RayJob Initializing."""
+        if self.selected is not None or self.submitter is not None or any(p.pending for p in self.cluster_pods):
+            return
         self._submit(api)
 
     def _submit(self, api: PodAPI) -> None:
         self.deployment_status = "Running"
-        # Every cluster pod is running at once here, which is KubeRay's cue to create the submitter.
         self.submitter = JobController(self._submitter_job(), backoff_base_s=self.backoff_base_s)
         self.submitter.start(api)
         self.pods += self.submitter.pods
@@ -458,11 +491,11 @@ class RayJobController:
     def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
         if self.finished is not None or pod.deleted_by_controller:
             return
-        assert self.submitter is not None
         if pod in self.cluster_pods:
             # Restarted in place under restartPolicy Always on a cluster; a head loss ends the job here.
             self._finish(api, "Failed", f"Ray pod {pod.name} ended (exit codes {pod.exit_codes})")
             return
+        assert self.submitter is not None
         self.submitter.on_pod_end(api, pod)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]
 
@@ -484,11 +517,14 @@ class RayJobController:
             elif self.selected.ready:
                 self._submit(api)
             return
-        if self.finished is not None or self.submitter is None:
+        if self.finished is not None or self.deployment_status == "Suspended":
             return
         deadline = self.spec.get("activeDeadlineSeconds")
         if deadline is not None and api.now() - self.started > deadline:
             self._finish(api, "Failed", "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds")
+            return
+        self._submit_when_ready(api)
+        if self.submitter is None:
             return
         self.submitter.tick(api)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]

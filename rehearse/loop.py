@@ -28,7 +28,7 @@ from rehearse.options import Kill, Options
 from rehearse.outcome import Rehearsal, outcome
 from rehearse.platform import check_platform
 from rehearse.pods import Pod, PodPlan, PodSetupError, Runtime
-from rehearse.seams import Clock, Pending, Placement, WorkloadRef
+from rehearse.seams import Clock, NodeLoss, Pending, Placement, WorkloadRef
 
 
 class Backend(Protocol):
@@ -47,6 +47,8 @@ class Backend(Protocol):
 
     def kill(self, pod: Pod, *, disruption: str | None = None) -> None: ...
 
+    def lose(self, pod: Pod) -> None: ...
+
     def refresh(self, pod: Pod) -> None: ...
 
     def dashboard_get(self, head: Pod, path: str) -> dict[str, Any] | None: ...
@@ -58,6 +60,7 @@ class Scheduler:
 
     backend: Backend
     placement: Placement
+    log: Callable[[str], None] = lambda _: None
     pending: list[Pod] = field(default_factory=list)
     launched: list[Pod] = field(default_factory=list)
     deleted: list[Pod] = field(default_factory=list)
@@ -74,6 +77,8 @@ class Scheduler:
     def _place(self, pod: Pod) -> bool:
         answer = self.placement.place(pod.plan)
         if isinstance(answer, Pending):
+            if answer.reason != pod.pending_reason:
+                self.log(f"pod {pod.name} Pending: {answer.reason}")
             pod.pending_reason = answer.reason
             return False
         self.backend.launch(pod, answer)
@@ -104,6 +109,31 @@ class Scheduler:
         return self.backend.dashboard_get(head, path) if head.launched is not None else None
 
 
+def _node_loss(
+    loss: NodeLoss,
+    backend: Backend,
+    api: Scheduler,
+    owner: dict[str, Controller],
+    elapsed: float,
+    notes: list[str],
+    log: Callable[[str], None],
+) -> None:
+    """Pods on lost nodes die at once and stay until evicted; evicted pods go to their controller."""
+    lost = [backend.pods[name] for name in loss.node_lost_pods(elapsed) if name in backend.pods]
+    for pod in lost:
+        log(f"pod {pod.name}: node {pod.node} lost at {elapsed:.1f} s")
+        notes.append(f"pod {pod.name}: node {pod.node} lost at {elapsed:.1f} s")
+        backend.lose(pod)
+    for name, reason in loss.node_evictions(elapsed):
+        evicted = backend.pods.get(name)
+        if evicted is None or not evicted.running:
+            continue
+        log(f"pod {evicted.name} evicted from lost node {evicted.node} at {elapsed:.1f} s ({reason})")
+        api.kill(evicted, disruption=reason)
+        if evicted.name in owner:
+            owner[evicted.name].on_pod_end(api, evicted)
+
+
 def ref(c: Controller) -> WorkloadRef:
     return WorkloadRef(kind=c.kind, name=c.name, namespace=c.namespace, obj=c.obj)
 
@@ -120,7 +150,7 @@ def drive(
     """Runs `controllers` on `backend` to the end of the run (see the module doc); the caller closes the backend."""
     clock = backend.clock
     log: Callable[[str], None] = options.log or (lambda _: None)
-    api = Scheduler(backend, options.placement)
+    api = Scheduler(backend, options.placement, log)
     admission = options.admission
     started = clock.now()
     admitted: set[int] = set()
@@ -195,6 +225,8 @@ def drive(
             notes.append(f"killed pod {target.name} at {elapsed:.1f} s")
             api.kill(target, disruption="DeletionByPodGC")
             owner[target.name].on_pod_end(api, target)
+        if isinstance(options.placement, NodeLoss):
+            _node_loss(options.placement, backend, api, owner, clock.now() - started, notes, log)
         for pod in backend.poll():
             log(f"pod {pod.name} ended: {pod.phase} {pod.exit_codes}")
             options.placement.release(pod)
@@ -223,7 +255,7 @@ def drive(
             break
         clock.sleep(options.tick_s)
     now = clock.now()
-    outcomes = [outcome(c, now) for c in controllers]
+    outcomes = [outcome(c, now, started) for c in controllers]
     for c, o in zip(controllers, outcomes, strict=True):
         if o.state in ("Running", "Pending", "Initializing"):
             if id(c) in waiting:
@@ -316,6 +348,7 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         host_paths=options.host_paths,
         log=options.log or (lambda _: None),
         clock=options.clock,
+        node_addresses=options.node_addresses,
     )
     try:
         return drive(prepared.controllers, runtime, options, output_dir=output_dir, network=network.kind, notes=notes)

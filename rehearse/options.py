@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +50,8 @@ class Options:
     clock: Clock = field(default_factory=MonotonicClock)
     # How often the loop looks at pods, seconds of `clock`.
     tick_s: float = 0.1
+    # Node name -> address, for the Downward API's status.hostIP of pods a Placement bound to a node.
+    node_addresses: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.network not in ("auto", "loopback"):

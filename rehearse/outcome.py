@@ -33,6 +33,10 @@ class PodOutcome:
     sidecars: list[str] = field(default_factory=list)
     node: str | None = None
     pending_reason: str = ""
+    # When the pod's containers started and when it ended, seconds of the run's clock since the run began
+    # (cluster time on an environment); None: never started / still running.
+    start_s: float | None = None
+    end_s: float | None = None
 
     def log(self, container: str | None = None) -> str:
         return self.pod.log(container)
@@ -52,6 +56,8 @@ class WorkloadOutcome:
     uid: str = ""
     conditions: list[dict[str, str]] = field(default_factory=list)
     status: dict[str, str] = field(default_factory=dict)
+    # On an environment with Kueue, for a workload it manages: admitted, reason, requeues (rehearse/cluster).
+    admission: dict[str, Any] | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -71,6 +77,8 @@ class Rehearsal:
     notes: list[str]
     output_dir: Path
     wall_s: float
+    # On an environment: its name, the time scale and the nodes (rehearse/cluster/session.py annotate).
+    cluster: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -84,6 +92,7 @@ class Rehearsal:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "cluster": self.cluster,
             "network": self.network,
             "notes": self.notes,
             "output_dir": str(self.output_dir),
@@ -101,6 +110,7 @@ class Rehearsal:
                     "status": w.status,
                     "wall_s": round(w.wall_s, 2),
                     "notes": w.notes,
+                    "admission": w.admission,
                     "pods": [
                         {
                             "name": p.name,
@@ -121,6 +131,8 @@ class Rehearsal:
                             "sidecars": p.sidecars,
                             "node": p.node,
                             "pending_reason": p.pending_reason,
+                            "start_s": _rounded(p.start_s),
+                            "end_s": _rounded(p.end_s),
                         }
                         for p in w.pods
                     ],
@@ -130,8 +142,12 @@ class Rehearsal:
         }
 
 
-def outcome(controller: Controller, now: float) -> WorkloadOutcome:
-    """The workload's state and its pods as the report shows them, at `now`."""
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def outcome(controller: Controller, now: float, began: float = 0.0) -> WorkloadOutcome:
+    """The workload's state and its pods as the report shows them, at `now` (`began`: the run's start)."""
     state, message = controller.state()
     pods = [
         PodOutcome(
@@ -154,6 +170,8 @@ def outcome(controller: Controller, now: float) -> WorkloadOutcome:
             sidecars=sorted(sidecar_names(p.plan.spec)),
             node=p.node,
             pending_reason=p.pending_reason,
+            start_s=None if p.launched is None else p.launched - began,
+            end_s=None if p.launched is None or p.ended is None else p.ended - began,
         )
         for p in controller.pods
     ]
@@ -164,7 +182,8 @@ def outcome(controller: Controller, now: float) -> WorkloadOutcome:
         namespace=controller.namespace,
         state=state,
         message=message,
-        wall_s=(controller.finished or now) - controller.started,
+        # A workload never started (not admitted) has no time of its own.
+        wall_s=(controller.finished or now) - controller.started if controller.pods else 0.0,
         pods=pods,
         notes=sorted(set(notes)),
         uid=str(getattr(controller, "uid", "")),
@@ -176,6 +195,21 @@ def outcome(controller: Controller, now: float) -> WorkloadOutcome:
 def format_table(rehearsal: Rehearsal) -> str:
     """One table per workload: pods, address, exit codes, restarts, final state, wall time."""
     out = [f"network: {rehearsal.network}; logs under {rehearsal.output_dir}/pods/<pod>/"]
+    cluster = rehearsal.cluster
+    aliases: dict[str, str] = {}
+    if cluster is not None:
+        out.append(
+            f"cluster: environment {cluster['environment']}, time scale {cluster['time_scale']:g} "
+            "(times are cluster seconds since the start)"
+        )
+        for n in cluster["nodes"]:
+            aliases[n["name"]] = n["alias"]
+            alloc = n["allocatable"]
+            extra = "".join(f", {k} {v}" for k, v in alloc.items() if k not in ("cpu", "memory", "pods"))
+            out.append(
+                f"  node {n['alias']} {n['name']} {n['instance_type']} {n['zone']}{'' if n['ready'] else ' (lost)'}: "
+                f"allocatable cpu {alloc['cpu']}m, memory {alloc['memory'] // 2**20}Mi, pods {alloc['pods']}{extra}"
+            )
     out += [f"note: {n}" for n in rehearsal.notes]
     for w in rehearsal.workloads:
         out.append("")
@@ -183,7 +217,18 @@ def format_table(rehearsal: Rehearsal) -> str:
         if w.status:
             out.append("  status: " + " ".join(f"{k}={v or '-'}" for k, v in w.status.items()))
         out += [f"  note: {n}" for n in w.notes]
-        rows = [("POD", "ADDRESS", "EXIT CODES", "RESTARTS", "STATE", "WALL S", "IMAGE / NOT SATISFIED")]
+        if w.admission is not None:
+            verdict = "admitted" if w.admission["admitted"] else "not admitted"
+            out.append(f"  kueue: {verdict}; {w.admission['reason']}".rstrip("; "))
+            out += [
+                f"  kueue: {r['kind']} at {r['at_s']:g} s: {r['reason']}: {r['message']}".rstrip(": ")
+                for r in w.admission["requeues"]
+            ]
+        rows: list[tuple[str, ...]] = [
+            ("POD", "ADDRESS", "EXIT CODES", "RESTARTS", "STATE", "WALL S", "IMAGE / NOT SATISFIED")
+        ]
+        if cluster is not None:
+            rows = [("POD", "NODE", "ADDRESS", "EXIT CODES", "RESTARTS", "STATE", "START", "END", "IMAGE")]
         details: list[str] = []
         for p in w.pods:
             codes = ",".join(
@@ -192,9 +237,17 @@ def format_table(rehearsal: Rehearsal) -> str:
             )
             extra = " ".join(f"{k}={v}" for k, v in p.accelerators.items())
             state = p.phase + ("/" + ",".join(c["type"] for c in p.conditions) if p.conditions else "")
-            if p.node:
-                extra += f" node={p.node}"
-            rows.append((p.name, p.address, codes, str(p.restarts), state, f"{p.wall_s:.1f}", f"{p.images[0]} {extra}"))
+            if cluster is not None:
+                start = "-" if p.start_s is None else f"{p.start_s:.0f}"
+                end = "-" if p.end_s is None else f"{p.end_s:.0f}"
+                node = aliases.get(p.node or "", p.node or "-")
+                rows.append((p.name, node, p.address or "-", codes, str(p.restarts), state, start, end, p.images[0]))
+            else:
+                if p.node:
+                    extra += f" node={p.node}"
+                rows.append(
+                    (p.name, p.address, codes, str(p.restarts), state, f"{p.wall_s:.1f}", f"{p.images[0]} {extra}")
+                )
             if p.pending_reason:
                 details.append(f"  {p.name}: Pending: {p.pending_reason}")
             for container, reason in p.reasons.items():

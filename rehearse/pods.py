@@ -69,6 +69,11 @@ class PodPlan:
     extra_env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # Containers the controller adds to the pod that the rehearsal does not run (KubeRay's autoscaler
+    # sidecar): a cluster's scheduler counts their requests.
+    unrun_containers: list[dict[str, Any]] = field(default_factory=list)
+    # The node the pod is launched on (set by `Runtime.launch`; the Downward API's spec.nodeName).
+    node: str | None = None
 
     @property
     def pod_hostname(self) -> str:
@@ -104,6 +109,8 @@ class Pod:
     # The node the Placement seam bound the pod to (None: unconstrained), and why it is still Pending.
     node: str | None = None
     pending_reason: str = ""
+    # The pod's node was lost: its processes are dead, the API still shows it until it is evicted.
+    node_lost: bool = False
 
     @property
     def name(self) -> str:
@@ -181,8 +188,11 @@ class Runtime:
         host_paths: Iterable[Path] = (),
         log: Callable[[str], None] = lambda _: None,
         clock: Clock | None = None,
+        node_addresses: Mapping[str, str] | None = None,
     ) -> None:
         self.clock: Clock = clock or MonotonicClock()
+        # Node name -> its address (status.hostIP), for pods a cluster placement bound to a node.
+        self.node_addresses = dict(node_addresses or {})
         self.output_dir = output_dir
         self.network = network
         self.configmaps = configmaps
@@ -204,6 +214,7 @@ class Runtime:
             for p in self.pods.values()
             if p.running
             and p.launched is not None
+            and not p.node_lost
             and p.plan.namespace == namespace
             and selector
             and all(p.plan.labels.get(k) == v for k, v in selector.items())
@@ -251,8 +262,8 @@ class Runtime:
             "metadata.namespace": plan.namespace,
             "status.podIP": address,
             "status.podIPs": address,
-            "status.hostIP": address,
-            "spec.nodeName": "rehearsal",
+            "status.hostIP": self.node_addresses.get(plan.node or "", address),
+            "spec.nodeName": plan.node or "rehearsal",
             "spec.serviceAccountName": str(plan.spec.get("serviceAccountName", "default")),
         }
         if path in simple:
@@ -417,6 +428,7 @@ class Runtime:
     def launch(self, pod: Pod, node: str | None = None) -> None:
         """Starts the pod's processes (its podinit in new namespaces) on `node` (None: unconstrained)."""
         plan, directory = pod.plan, pod.directory
+        plan.node = node
         address = self.network.allocate()
         files = {
             "/etc/hosts": directory / "hosts",
@@ -505,7 +517,7 @@ class Runtime:
     def poll(self) -> list[Pod]:
         ended = []
         for pod in self.pods.values():
-            if pod.running and pod.process is not None and pod.process.poll() is not None:
+            if pod.running and not pod.node_lost and pod.process is not None and pod.process.poll() is not None:
                 self._finish(pod)
                 ended.append(pod)
         if ended:
@@ -540,6 +552,16 @@ class Runtime:
         pod.process.wait()
         self._finish(pod)
         pod.phase = "Failed"
+        self.refresh_hosts()
+
+    def lose(self, pod: Pod) -> None:
+        """The pod's node is gone: every process of the pod dies now; the pod itself stays (Running in the
+        API, out of the Services' endpoints) until its eviction deletes it (`kill`)."""
+        if pod.process is None or pod.node_lost or not pod.running:
+            return
+        pod.process.send_signal(signal.SIGKILL)
+        pod.process.wait()
+        pod.node_lost = True
         self.refresh_hosts()
 
     def close(self) -> None:

@@ -11,6 +11,10 @@ The run loop (rehearse/loop.py) asks, and never decides itself:
   that reason (it counts as active for its Job, as a Pending pod does on a cluster) and the loop asks again
   on every tick until it is placed or deleted; `release` is called when a placed pod ends or is deleted.
 
+`NodeLoss` (optional, a Placement may also be one): nodes that go away during the run. The loop asks it each
+tick which placed pods lost their node (their processes die at once, the pods stay until evicted) and which
+of them to evict now, with the DisruptionTarget reason (rehearse/cluster/placement.py: taint-based eviction).
+
 `Clock` is the time every controller and the loop read: `MonotonicClock` for real runs, a fake clock
 (rehearse/fake.py) for controller unit tests that run in milliseconds.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from rehearse.pods import Pod, PodPlan
@@ -78,6 +82,17 @@ class Unconstrained:
 
     def release(self, pod: Pod) -> None:
         return None
+
+
+@runtime_checkable
+class NodeLoss(Protocol):
+    def node_lost_pods(self, now: float) -> list[str]:
+        """Names of placed pods whose node was lost by `now` (each reported once)."""
+        ...
+
+    def node_evictions(self, now: float) -> list[tuple[str, str]]:
+        """(pod name, DisruptionTarget reason) of the pods to delete now (each reported once)."""
+        ...
 
 
 class Admission(Protocol):

@@ -41,10 +41,17 @@ KUBERAY_CLUSTER = "KubeRay v1.7.0 ray-operator/controllers/ray/raycluster_contro
 KUBERAY_JOB = "KubeRay v1.7.0 ray-operator/controllers/ray/rayjob_controller.go, common/job.go"
 ISSUE_27 = "issue 27 (controller half): refused until rehearse/jobs.py or kuberay.py implements it"
 
-SCHEDULING = "scheduling: every pod runs on this machine (no nodes, taints or topology)"
+SCHEDULING = (
+    "scheduling: without --env every pod runs on this machine; with --env kube-scheduler's filters place it on the "
+    "environment's nodes (rehearse/cluster/scheduler.py), refusing what they cannot model"
+)
 IMAGE = "images are not pulled: this machine's Python environment runs; the image is printed per pod"
 SECURITY = "security settings are enforced by the cluster, not by the rehearsal (pods run as this user)"
-RESOURCES = "requests and limits are not enforced; GPU/EFA requests are reported beside the pod"
+RESOURCES = (
+    "requests and limits are not enforced on the processes; with --env the scheduler fits requests to the nodes' "
+    "allocatable; GPU/EFA requests are reported beside the pod"
+)
+QUEUES = "accepted: without --env Kueue admits every workload at once; with --env the environment's queues"
 METADATA = "object metadata: no controller here reads it"
 AUTOSCALER = "the Ray autoscaler is not run: each group keeps its `replicas` workers, as KubeRay creates them"
 
@@ -80,7 +87,7 @@ INFRA_KINDS: dict[str, str] = {
     "ConfigMap": "honoured: data as files (configMap volumes) and env (configMapKeyRef, envFrom)",
     "Service": "honoured: pod and Service DNS names in each pod's /etc/hosts (no ClusterIP, no kube-proxy)",
     "PersistentVolumeClaim": "honoured: one directory per claim, shared by every pod that mounts it",
-    "PersistentVolume": "accepted (claims are directories here)",
+    "PersistentVolume": "accepted (claims are directories here; with --env its node affinity binds the pods)",
     "StorageClass": "accepted (claims are directories here)",
     "Secret": "accepted as data; secret env and volumes are refused per field",
     "ServiceAccount": "accepted (no API server: tokens are not mounted)",
@@ -90,10 +97,10 @@ INFRA_KINDS: dict[str, str] = {
     "ClusterRoleBinding": "accepted (no API server)",
     "PriorityClass": "accepted (no preemption: every pod runs)",
     "PodDisruptionBudget": "accepted (no voluntary evictions here)",
-    "LocalQueue": "accepted: Kueue admits every workload at once here (no quota)",
-    "ClusterQueue": "accepted: Kueue admits every workload at once here (no quota)",
-    "ResourceFlavor": "accepted: Kueue admits every workload at once here (no quota)",
-    "WorkloadPriorityClass": "accepted: Kueue admits every workload at once here (no quota)",
+    "LocalQueue": QUEUES,
+    "ClusterQueue": QUEUES,
+    "ResourceFlavor": QUEUES,
+    "WorkloadPriorityClass": QUEUES,
 }
 
 METADATA_FIELDS: dict[str, Support] = {
@@ -128,7 +135,10 @@ POD_SPEC: dict[str, Support] = {
     "containers[].volumeMounts[].readOnly": honoured(KUBELET_VOLUMES),
     "containers[].volumeMounts[].subPath": honoured(KUBELET_VOLUMES),
     "containers[].resources": inert(RESOURCES),
-    "containers[].ports": inert("declarative only: a cluster does not restrict ports to those declared either"),
+    "containers[].ports": inert(
+        "declarative only: a cluster does not restrict ports to those declared either; with --env hostPort is "
+        "checked by the scheduler (NodePorts)"
+    ),
     "containers[].securityContext": inert(SECURITY),
     "containers[].readinessProbe": inert("readiness only gates Service endpoints; every running pod is published"),
     "containers[].lifecycle.preStop": inert("not run: a pod ends when its containers exit or it is killed"),

@@ -21,18 +21,14 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
 from infra.spec import CheckpointStorageConfig, Environment, LustreDeployment
-from infra.spec.namespaces import RAY, TRAINING, NamespaceSpec
-from infra.spec.replacement_names import checkpoint_volume_names
+from infra.spec.checkpoint_volumes import CLAIM_NAMESPACES, checkpoint_manifests, volume_names
 from infra.spec.versions import MANAGED_ADDONS
 
 ADDON = "aws-fsx-csi-driver"
 CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
-STORAGE_CLASS = "fsx-lustre-static"
 # Lustre clients reach the file servers on TCP 988 and 1018-1023 (FSx Lustre user guide,
 # "File system access control with Amazon VPC").
 LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
-# Namespaces with a claim on the checkpoint file system; the first keeps the original volume name.
-CLAIM_NAMESPACES: tuple[NamespaceSpec, ...] = (TRAINING, RAY)
 LUSTRE_PORTS = tuple(
     ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low) for low, high in LUSTRE_PORT_RANGES
 )
@@ -149,9 +145,10 @@ class FsxCheckpointStorage(Construct):
         for dependency in after:
             self.addon.node.add_dependency(dependency)
 
+        self.environment = environment
         # Named after the file system's zone: a zone move replaces the file system, and the volumes of the
         # new one must be new objects (infra/spec/replacement_names.py).
-        self.volume_names = checkpoint_volume_names(environment, config, tuple(ns.name for ns in CLAIM_NAMESPACES))
+        self.volume_names = volume_names(environment, config)
         self.volume_name = self.volume_names[CLAIM_NAMESPACES[0].name]
         self.claim = eks.KubernetesManifest(
             self,
@@ -164,72 +161,11 @@ class FsxCheckpointStorage(Construct):
         self.claim.node.add_dependency(self.addon)
 
     def manifests(self, *, availability_zone: str) -> list[dict[str, Any]]:
-        storage_class = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": STORAGE_CLASS},
-            "provisioner": "fsx.csi.aws.com",
-            "reclaimPolicy": "Retain",
-            "volumeBindingMode": "Immediate",
-        }
-        manifests: list[dict[str, Any]] = [storage_class]
-        for namespace in CLAIM_NAMESPACES:
-            manifests += self._claim(namespace.name, availability_zone)
-        return manifests
-
-    def _claim(self, namespace: str, availability_zone: str) -> list[dict[str, Any]]:
-        capacity = f"{self.config.storage_capacity_gib}Gi"
-        volume_name = self.volume_names[namespace]
-        return [
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": volume_name},
-                "spec": {
-                    "capacity": {"storage": capacity},
-                    "volumeMode": "Filesystem",
-                    "accessModes": ["ReadWriteMany"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": STORAGE_CLASS,
-                    "mountOptions": ["flock"],
-                    "csi": {
-                        "driver": "fsx.csi.aws.com",
-                        # The same file system behind every volume: the handle names it, the name differs.
-                        "volumeHandle": self.file_system.ref,
-                        "volumeAttributes": {
-                            "dnsname": self.file_system.attr_dns_name,
-                            "mountname": self.file_system.attr_lustre_mount_name,
-                        },
-                    },
-                    # One file system lives in one AZ; the driver gives the scheduler no
-                    # topology of its own, so the volume says where it can be mounted (pods
-                    # that mount it, the Ray head on a system node included, land in that zone).
-                    "nodeAffinity": {
-                        "required": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {
-                                            "key": "topology.kubernetes.io/zone",
-                                            "operator": "In",
-                                            "values": [availability_zone],
-                                        }
-                                    ]
-                                }
-                            ]
-                        }
-                    },
-                },
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": self.config.claim_name, "namespace": namespace},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": STORAGE_CLASS,
-                    "volumeName": volume_name,
-                    "resources": {"requests": {"storage": capacity}},
-                },
-            },
-        ]
+        return checkpoint_manifests(
+            self.environment,
+            self.config,
+            availability_zone=availability_zone,
+            volume_handle=self.file_system.ref,
+            dns_name=self.file_system.attr_dns_name,
+            mount_name=self.file_system.attr_lustre_mount_name,
+        )

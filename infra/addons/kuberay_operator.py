@@ -10,6 +10,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
 from infra.addons.helm import ChartAddOn
+from infra.spec.addon_pods import KUBERAY_OPERATOR_CPU, KUBERAY_OPERATOR_MEMORY
 from infra.spec.namespaces import KUBERAY
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 
@@ -20,8 +21,8 @@ CHART = "kuberay-operator"
 class KubeRayOperatorProps:
     namespace: str = KUBERAY.name
     # Sized for a few hundred RayClusters on an m7i.xlarge (4 vCPU, 16 GiB).
-    cpu_request: str = "100m"
-    memory_request: str = "512Mi"
+    cpu_request: str = KUBERAY_OPERATOR_CPU
+    memory_request: str = KUBERAY_OPERATOR_MEMORY
     cpu_limit: str = "1"
     memory_limit: str = "1Gi"
     extra_values: Mapping[str, Any] = field(default_factory=dict)

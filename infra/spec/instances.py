@@ -52,6 +52,10 @@ class InstanceType:
     memory_gib: int
     network_cards: int
     max_network_interfaces: int
+    # Interfaces of the default network card (card 0): what nodeadm's max-pods formula counts
+    # (amazon-eks-ami nodeadm/internal/kubelet/instance-info.jsonl "defaultMaxENIs", from EC2
+    # DescribeInstanceTypes NetworkInfo.NetworkCards[DefaultNetworkCardIndex].MaximumNetworkInterfaces).
+    default_card_interfaces: int
     ipv4_per_interface: int
     network_bandwidth_gbps: int
     gpu: GpuSpec | None = None
@@ -71,6 +75,7 @@ _TYPES = (
         memory_gib=16,
         network_cards=1,
         max_network_interfaces=4,
+        default_card_interfaces=4,
         ipv4_per_interface=15,
         network_bandwidth_gbps=12,  # "up to 12.5"; the burst figure, not a floor
     ),
@@ -82,6 +87,7 @@ _TYPES = (
         memory_gib=192,
         network_cards=1,
         max_network_interfaces=8,
+        default_card_interfaces=8,
         ipv4_per_interface=30,
         network_bandwidth_gbps=40,
         gpu=GpuSpec(model="NVIDIA L4", count=4, memory_gib_each=24),
@@ -97,6 +103,7 @@ _TYPES = (
         memory_gib=1152,
         network_cards=4,
         max_network_interfaces=60,
+        default_card_interfaces=15,
         ipv4_per_interface=50,
         network_bandwidth_gbps=400,
         gpu=GpuSpec(model="NVIDIA A100", count=8, memory_gib_each=40),
@@ -112,6 +119,7 @@ _TYPES = (
         memory_gib=2048,
         network_cards=32,
         max_network_interfaces=64,
+        default_card_interfaces=2,
         ipv4_per_interface=50,
         network_bandwidth_gbps=3200,
         gpu=GpuSpec(model="NVIDIA H100", count=8, memory_gib_each=80),
@@ -125,6 +133,7 @@ _TYPES = (
         memory_gib=2048,
         network_cards=32,
         max_network_interfaces=64,
+        default_card_interfaces=2,
         ipv4_per_interface=50,
         network_bandwidth_gbps=3200,
         gpu=GpuSpec(model="NVIDIA H200", count=8, memory_gib_each=141),

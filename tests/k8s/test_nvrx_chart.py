@@ -245,7 +245,7 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
     }
     # Issue 22 #6: a peer that never appeared exits 3 (training/pod_checks.py PEERS_MISSING), which no rule makes
     # permanent; and the wait outlasts Kueue's waitForPodsReady timeout, so Kueue requeues the gang first.
-    from infra.addons.kueue import KueueProps
+    from infra.spec.kueue import KueueProps
     from training.pod_checks import PEERS_MISSING
 
     assert all(PEERS_MISSING not in r.get("onExitCodes", {}).get("values", []) for r in rules)

@@ -12,6 +12,12 @@ Input is strict, as `kubectl apply --validate=strict`: every object is checked a
 support table (docs/workloads.md) before anything runs. What only the image has (an absolute command
 this machine lacks, a container without a command, runtime_env pip pins this environment does not
 satisfy) and models or data from a hub are refused up front too, naming the fix.
+
+With --env E the pods run on a simulated cluster of environment E, built from infra/spec
+(rehearse/cluster): its system nodes and the GPU nodes --nodes asks for, kube-scheduler's filters
+(a pod that fits no node stays Pending with kube-scheduler's message), Kueue v0.19.2 admission for
+labelled workloads, and node loss with --kill-node. Times, --timeout included, are then cluster
+seconds; --time-scale X makes every controller timeout run X times faster.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.spec import ENVIRONMENTS
 from rehearse import Kill, Options, RehearsalError, format_table, run
 from rehearse.admission import Admission, InputError, admit
 from rehearse.manifests import ManifestError, load
@@ -82,6 +89,34 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=Path,
         metavar="DIR",
         help="a host directory every pod sees read-only at the same path (e.g. a local model); repeatable",
+    )
+    parser.add_argument(
+        "--env",
+        default=None,
+        choices=sorted(ENVIRONMENTS),
+        help="run on environment E's cluster (infra/spec/environments.py): its nodes, kube-scheduler, Kueue",
+    )
+    parser.add_argument(
+        "--nodes",
+        action="append",
+        default=[],
+        type=_group_count,
+        metavar="GROUP=N",
+        help="with --env: N nodes in GPU group GROUP (default 0, as deployed); repeatable",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="with --env: cluster seconds per wall second, every controller timeout X times faster (default 1)",
+    )
+    parser.add_argument(
+        "--kill-node",
+        action="append",
+        default=[],
+        metavar="NODE@SECONDS",
+        help="with --env: lose NODE (an alias such as g6-0, or its name) at SECONDS cluster time; repeatable",
     )
     parser.add_argument(
         "--skip-unsupported",
@@ -152,6 +187,15 @@ def interrupted(progress: Progress | None, as_json: bool) -> None:
         print(f"  {pod}  {state}")
 
 
+def _group_count(text: str) -> tuple[str, int]:
+    from rehearse.cluster.session import parse_nodes
+
+    try:
+        return parse_nodes(text)
+    except RehearsalError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def run_command(args: argparse.Namespace) -> int:
     progress: Progress | None = None
     try:
@@ -193,7 +237,21 @@ def run_command(args: argparse.Namespace) -> int:
             _report(admission)
             print("nothing ran: every workload was skipped", file=sys.stderr)
             return ExitCode.NO_EVIDENCE
-        rehearsal = run(admission.objects, options)
+        if args.env is not None:
+            from rehearse.cluster.session import parse_node_kill, run_on_environment
+
+            rehearsal = run_on_environment(
+                admission.objects,
+                options,
+                environment=args.env,
+                gpu_nodes=dict(args.nodes),
+                time_scale=args.time_scale,
+                node_kills=tuple(parse_node_kill(k) for k in args.kill_node),
+            )
+        elif args.nodes or args.kill_node or args.time_scale != 1.0:
+            raise RehearsalError("--nodes, --kill-node and --time-scale need --env (the cluster they apply to)")
+        else:
+            rehearsal = run(admission.objects, options)
     except KeyboardInterrupt:
         # run() stops every pod on the way out (its `finally`); what ran is what its log said.
         interrupted(progress, args.json)
