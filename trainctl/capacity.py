@@ -38,7 +38,7 @@ from enum import StrEnum
 from typing import Any
 
 from infra.spec import ENVIRONMENTS, ConfigError, Environment, GpuNodeGroupConfig, get_environment
-from trainctl.arguments import node_count
+from trainctl.arguments import aws_endpoint, node_count, region_name
 from trainctl.aws import (
     PROBE_TAG,
     Aws,
@@ -51,7 +51,8 @@ from trainctl.aws import (
 )
 from trainctl.exit_codes import ExitCode
 from trainctl.output import table, to_json
-from trainctl.preflight import ENVIRONMENT_TAG, _region, aws_endpoint, quota_for
+from trainctl.preflight.quota import quota_for
+from trainctl.preflight.results import ENVIRONMENT_TAG
 
 ENVIRONMENTS_FILE = "infra/spec/environments.py"
 PROBE_LIFETIME = timedelta(hours=1)
@@ -685,7 +686,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="how many nodes (default: the group's workload nodes, else its desired size)",
     )
     parser.add_argument(
-        "--regions", nargs="+", type=_region, default=[], metavar="REGION", help="other regions to look at too"
+        "--regions", nargs="+", type=region_name, default=[], metavar="REGION", help="other regions to look at too"
     )
     parser.add_argument(
         "--probe",
