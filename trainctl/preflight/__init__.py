@@ -1,13 +1,13 @@
 """`trainctl preflight` as a package: one module per check (each with `gather(env, aws, say) -> rows`),
 `results` (the row every check returns), `runner` (the tuple of checks and the loop over it), `report`
-(exit code, JSON, table) and `command` (the flags and the output). The names below are what the rest of
-trainctl and the tests use."""
+(exit code, JSON, table) and `command` (the flags and the output; trainctl/cli.py registers it). The
+names below are the library the other commands use (capacity, scale); the package does not import its
+command, so they do not import a command either."""
 
 from __future__ import annotations
 
 from trainctl.arguments import aws_endpoint
 from trainctl.preflight.chart import ALL_CHARTS, chart_checks, chart_not_fetched
-from trainctl.preflight.command import StderrProgress, add_parser, run
 from trainctl.preflight.quota import quota_for
 from trainctl.preflight.report import PreflightReport
 from trainctl.preflight.results import ENVIRONMENT_TAG, Check, CheckResult, Status, could_not_run
@@ -21,8 +21,6 @@ __all__ = [
     "CheckResult",
     "PreflightReport",
     "Status",
-    "StderrProgress",
-    "add_parser",
     "aws_endpoint",
     "chart_checks",
     "chart_not_fetched",
@@ -30,6 +28,5 @@ __all__ = [
     "evaluate_subnet",
     "preflight",
     "quota_for",
-    "run",
     "run_checks",
 ]
