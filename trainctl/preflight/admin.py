@@ -41,7 +41,7 @@ def parse_principal(text: str) -> AdminPrincipal:
 
 def evaluate_admin(principal: AdminPrincipal, found: Mapping[str, Any] | None, *, caller_account: str) -> CheckResult:
     """EKS refuses an access entry whose principal does not exist ("The specified principalArn is invalid"),
-    which fails the cluster stack's create and rolls it back (REFERENCE.md, deploy behaviour)."""
+    which fails the cluster stack's create and rolls it back (CreateAccessEntry's answer, seen on deploys)."""
     subject = principal.given
     field_fix = "or change cluster.admin_principals in infra/spec/environments.py"
     if principal.account is not None and principal.account != caller_account:
