@@ -7,7 +7,8 @@ from pathlib import Path
 
 from infra.spec.versions import HELM_CHARTS
 from trainctl.aws import AwsError, ErrorKind
-from trainctl.capacity import Probe, Verdict, Zone
+from trainctl.capacity import Zone
+from trainctl.capacity_probe import Probe, Verdict
 from trainctl.helm_repo import ChartRepoError, RepoErrorKind
 from trainctl.output import NOT_RUN, table
 from trainctl.pin import ImageResult, Mode, PinReport
