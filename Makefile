@@ -83,9 +83,11 @@ check: synth-cdk
 
 # Tiers (docs/testing.md). pytest-xdist spreads the suite over the cores; tests/conftest.py groups
 # the tests that share what a session builds (the CDK synth, the NVRx runs, the rehearsals) so each
-# is built once, heavy groups first. PYTEST_WORKERS=0 runs in one process.
+# is built once, heavy groups first. PYTEST_WORKERS=0 runs in one process; PYTEST_ARGS adds options
+# (e.g. PYTEST_ARGS=--durations=30, where the time goes).
 PYTEST_WORKERS ?= auto
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST_ARGS ?=
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 FAST := not rehearsal and not slow
 
 test: lint typecheck check
@@ -95,7 +97,7 @@ test-fast: lint typecheck
 	pytest $(PYTEST_PARALLEL) -m '$(FAST)'
 
 test-rehearsal: install
-	pytest -m rehearsal tests/rehearse
+	pytest -m rehearsal $(PYTEST_ARGS) tests/rehearse
 
 fmt: install
 	ruff format .
