@@ -23,11 +23,13 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install synth synth-cdk synth-k8s check test lint typecheck fmt bench docs clean lock gpu-bundle
+.PHONY: help install synth synth-cdk synth-k8s check test test-fast test-rehearsal lint typecheck fmt bench docs clean lock gpu-bundle
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
-	@echo "make test    lint, type check, the gates (make check) and the pytest suite"
+	@echo "make test    lint, type check, the gates (make check) and the whole pytest suite, on every core (CI)"
+	@echo "make test-fast   lint, type check and the unit tier (no rehearsals, no cdk/cdk8s CLI runs)"
+	@echo "make test-rehearsal   the process-level rehearsals alone (tests/rehearse, Linux namespaces)"
 	@echo "make check   security and validation gates over cdk.out/ and the manifests (synthesizes first)"
 	@echo "make bench   synth and test-suite times; NVRx recovery times and checkpoint stall (medians, ratios)"
 	@echo "make docs    architecture pictures from infra/spec -> docs/architecture-<env>.dot and .png (Graphviz)"
@@ -79,8 +81,23 @@ check: synth-cdk
 	IMAGE_LOCK=$(CHECK_DIR)/images.lock.json $(CDK8S) synth --output $(CHECK_DIR)/dist
 	python -m gates --cdk-out cdk.out --dist $(CHECK_DIR)/dist
 
+# Tiers (docs/testing.md). pytest-xdist spreads the suite over the cores; tests/conftest.py groups
+# the tests that share what a session builds (the CDK synth, the NVRx runs, the rehearsals) so each
+# is built once, heavy groups first. PYTEST_WORKERS=0 runs in one process; PYTEST_ARGS adds options
+# (e.g. PYTEST_ARGS=--durations=30, where the time goes).
+PYTEST_WORKERS ?= auto
+PYTEST_ARGS ?=
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+FAST := not rehearsal and not slow
+
 test: lint typecheck check
-	pytest
+	pytest $(PYTEST_PARALLEL)
+
+test-fast: lint typecheck
+	pytest $(PYTEST_PARALLEL) -m '$(FAST)'
+
+test-rehearsal: install
+	pytest -m rehearsal $(PYTEST_ARGS) tests/rehearse
 
 fmt: install
 	ruff format .

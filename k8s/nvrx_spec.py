@@ -23,6 +23,7 @@ from infra.spec.environments import DNS_LABEL
 from infra.spec.operating import NODE_MTBF, FailureRate
 from k8s.ray_spec import CHECKPOINT_MOUNT, WorkloadError
 from k8s.workloads import require_pinned_packages
+from training.nvrx_config import TimeoutNames, inprocess_timeout_problem
 
 RENDEZVOUS_PORT = 29500
 # The store behind each in-process iteration's process group (training/nvrx_fsdp.py: a PrefixStore per iteration
@@ -104,11 +105,11 @@ class InProcessRestart:
     max_iterations: int = 5
 
     def __post_init__(self) -> None:
-        if not 0 < self.soft_timeout_s < self.hard_timeout_s < self.barrier_timeout_s:
-            raise WorkloadError(
-                "nvrx.inprocess timeouts must satisfy 0 < soft < hard < barrier (NVRx Wrapper rule); got "
-                f"soft={self.soft_timeout_s} hard={self.hard_timeout_s} barrier={self.barrier_timeout_s}"
-            )
+        # The rule the training CLI applies to the flags this writes (training/nvrx_config.py), in field names.
+        names = TimeoutNames("soft_timeout_s", "hard_timeout_s", "barrier_timeout_s", separator="=")
+        problem = inprocess_timeout_problem(self.soft_timeout_s, self.hard_timeout_s, self.barrier_timeout_s, names)
+        if problem is not None:
+            raise WorkloadError(f"nvrx.inprocess.{problem}")
         if self.max_iterations < 1:
             raise WorkloadError(f"nvrx.inprocess.max_iterations={self.max_iterations} must be at least 1")
 

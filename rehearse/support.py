@@ -178,7 +178,9 @@ POD_SPEC: dict[str, Support] = {
     "volumes[].configMap.items": honoured(KUBELET_VOLUMES),
     "volumes[].configMap.optional": honoured(KUBELET_VOLUMES),
     "volumes[].configMap.defaultMode": inert("file modes: every pod runs as this machine's user"),
-    "volumes[].projected.sources[].configMap.name": honoured(f"{KUBELET_VOLUMES}: every source's keys in one directory"),
+    "volumes[].projected.sources[].configMap.name": honoured(
+        f"{KUBELET_VOLUMES}: every source's keys in one directory"
+    ),
     "volumes[].projected.sources[].configMap.items": honoured(KUBELET_VOLUMES),
     "volumes[].projected.sources[].configMap.optional": honoured(KUBELET_VOLUMES),
     "volumes[].projected.defaultMode": inert("file modes: every pod runs as this machine's user"),

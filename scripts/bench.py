@@ -45,6 +45,14 @@ REHEARSALS = (
 )
 
 
+# The test tiers (docs/testing.md), each a whole make target as a developer or CI runs it.
+TIERS = (
+    ("make test-fast", "test-fast"),
+    ("make test-rehearsal", "test-rehearsal"),
+    ("make test", "test"),
+)
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -73,13 +81,30 @@ def main() -> int:
     parser.add_argument("--test-runs", type=int, default=3, help="runs of the whole test suite")
     parser.add_argument("--rehearsal-runs", type=int, default=1, help="runs of each workload rehearsal")
     parser.add_argument("--only-rehearsals", action="store_true", help="time the rehearsal rows alone")
+    parser.add_argument("--tier-runs", type=int, default=1, help="runs of each test tier (make test-fast, ...)")
+    parser.add_argument("--only-tiers", action="store_true", help="time the test-tier rows alone")
+    parser.add_argument(
+        "--tier", action="append", default=[], metavar="TARGET", help="only these tiers (e.g. test-fast); repeatable"
+    )
+    parser.add_argument(
+        "--make-flag",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="passed to make for the tier rows, e.g. --make-flag=-o.venv/.installed where a shared toolchain "
+        "must not be reinstalled",
+    )
     parser.add_argument(
         "--rehearsal", action="append", default=[], metavar="TEXT", help="only rehearsal rows whose name has TEXT"
     )
     args = parser.parse_args()
     results: dict[str, list[float]] = {}
+    if args.only_tiers:
+        results |= tiers(args.tier, args.tier_runs, args.make_flag)
+        return report(results, ratios=False)
     if not args.only_rehearsals:
         results |= synth_and_suite(args.runs, args.test_runs)
+        results |= tiers(args.tier, args.tier_runs, args.make_flag)
 
     # Rehearsal wall time per workload (trainctl rehearse, tiny model on CPU): one pytest run each.
     for name, selector in REHEARSALS:
@@ -89,15 +114,28 @@ def main() -> int:
             Case(name, (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", selector)), args.rehearsal_runs
         )
 
+    return report(results, ratios=not args.only_rehearsals)
+
+
+def report(results: dict[str, list[float]], *, ratios: bool) -> int:
     base = statistics.median(results.get("cdk synth -c env=dev", [1.0]))
-    ratio = "vs dev synth" if not args.only_rehearsals else ""
+    ratio = "vs dev synth" if ratios else ""
     print(f"{'what':<24} {'runs':>4} {'median s':>9} {'min s':>7} {'max s':>7} {ratio:>12}")
     for name, times in results.items():
         median = statistics.median(times)
         spread = f"{min(times):>7.2f} {max(times):>7.2f}"
-        versus = f"{median / base:>11.2f}x" if not args.only_rehearsals else ""
+        versus = f"{median / base:>11.2f}x" if ratios else ""
         print(f"{name:<24} {len(times):>4} {median:>9.2f} {spread} {versus}")
     return 0
+
+
+def tiers(only: list[str], runs: int, make_flags: list[str]) -> dict[str, list[float]]:
+    """Wall time of each test tier, as `make TARGET` (lint and types included; make test also runs make check)."""
+    return {
+        name: measure(Case(name, ("make", *make_flags, target)), runs)
+        for name, target in TIERS
+        if not only or target in only
+    }
 
 
 def synth_and_suite(runs: int, test_runs: int) -> dict[str, list[float]]:

@@ -1,18 +1,70 @@
-"""Shared fixtures: the app is synthesized once per session and every test reads from it."""
+"""Shared fixtures: the app is synthesized once per session (per xdist worker) and every test reads from it.
+
+Tiers (docs/testing.md): `make test-fast` deselects the `rehearsal` and `slow` markers; `make test`
+runs everything on both cores with `--dist loadgroup`. The grouping below keeps what a session or a
+module builds once on one worker: every test reading the CDK synth runs in one group (one in-process
+synth instead of one per worker), the NVRx runs shared by two modules in another, the rehearsals in
+a third (serial: the loopback fallback puts every run's pods on 127.10.0.0/16, and two CPU training
+pods per run already fill the two cores), and every other module is its own group so its
+module-scoped fixtures (a local Ray cluster, a gloo process group) start once. The heavy groups are
+ordered first so a worker starts on each at once (pass `--no-loadscope-reorder`, which keeps this
+order instead of xdist's sort by test count).
+
+aws-cdk-lib (jsii starting Node) is imported by the fixtures that synthesize, not at collection, so
+a run that selects no CDK test never pays for it.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from aws_cdk.assertions import Template
 
-from app import create_app
-from infra.stage import PlatformStage
+if TYPE_CHECKING:
+    from aws_cdk.assertions import Template
+
+    from infra.stage import PlatformStage
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Fixtures whose value one worker builds once; a test using one joins that group.
+CDK_SYNTH_FIXTURES = frozenset({"cdk_out", "stages", "stack_templates", "templates", "resources"})
+NVRX_RUN_FIXTURES = frozenset(
+    {"nvrx_reference", "nvrx_sigkill", "nvrx_exception", "nvrx_hang", "nvrx_kill_during_save"}
+)
+# Longest first: a worker takes the next group when it is nearly out of work.
+HEAVY_GROUPS = ("rehearsal", "cdk-synth", "nvrx-runs")
+
+
+def heavy_group_of(item: pytest.Item) -> str | None:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("rehearsal"):
+        return "rehearsal"
+    if fixtures & CDK_SYNTH_FIXTURES:
+        return "cdk-synth"
+    if fixtures & NVRX_RUN_FIXTURES:
+        return "nvrx-runs"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist appends the group to each test id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A module goes whole to the first heavy group one of its tests needs (its module fixtures then
+    # start once); any other module is a group of its own.
+    module_group: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        heavy = heavy_group_of(item)
+        if heavy and module_group.get(module) not in HEAVY_GROUPS:
+            module_group[module] = heavy
+        module_group.setdefault(module, module)
+    groups = {item.nodeid: module_group[item.nodeid.split("::", 1)[0]] for item in items}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    rank = {name: index for index, name in enumerate(HEAVY_GROUPS)}
+    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))  # stable: files keep their order
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -28,6 +80,8 @@ def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def stages(cdk_out: Path) -> dict[str, PlatformStage]:
+    from app import create_app
+
     app, built = create_app(context=cdk_json_context(), environ={}, outdir=str(cdk_out))
     app.synth()
     return {stage.environment.name: stage for stage in built}
@@ -48,6 +102,8 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def stack_templates(stages: dict[str, PlatformStage]) -> dict[str, dict[str, dict[str, Any]]]:
     """Raw template JSON per environment and stack id (Platform, Storage, Gpu-<group>)."""
+    from aws_cdk.assertions import Template
+
     return {
         name: {stack.node.id: dict(Template.from_stack(stack).to_json()) for stack in stage.stacks}
         for name, stage in stages.items()
@@ -57,6 +113,8 @@ def stack_templates(stages: dict[str, PlatformStage]) -> dict[str, dict[str, dic
 @pytest.fixture(scope="session")
 def templates(stages: dict[str, PlatformStage]) -> dict[str, Template]:
     """The Platform stack of each environment (network, cluster, add-ons)."""
+    from aws_cdk.assertions import Template
+
     return {name: Template.from_stack(stage.platform) for name, stage in stages.items()}
 
 

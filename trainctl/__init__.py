@@ -1,6 +1,6 @@
 """`trainctl`: the operator CLI of the training platform (`python -m trainctl --help`).
 
-Subcommands live in their own modules and register themselves in `trainctl.cli`:
-`pin` (trainctl.pin) resolves the image lock's tags to digests. Exit codes are shared by
-every subcommand (trainctl.exit_codes).
+Subcommands live in their own modules and are listed in `trainctl.cli` (SUBCOMMANDS): pin,
+fabric-check, preflight (trainctl/preflight/), submit, status, logs, capacity, scale, rehearse
+(trainctl/commands/) and goodput. Exit codes are shared by every subcommand (trainctl.exit_codes).
 """

@@ -1,11 +1,13 @@
-"""argparse value types shared by the subcommands: bounded seconds, node counts and [KEY=]URL overrides, each
-refused with a clear message."""
+"""argparse value types shared by the subcommands: bounded seconds, node counts, AWS region names and
+[KEY=]URL overrides, each refused with a clear message."""
 
 from __future__ import annotations
 
 import argparse
 import re
 from collections.abc import Callable, Collection
+
+from trainctl.aws import ALL_SERVICES, SERVICES
 
 
 def seconds(upper: float) -> Callable[[str], float]:
@@ -53,3 +55,17 @@ def keyed_url(keys: Collection[str], *, default: str, key_name: str) -> Callable
         return key, url
 
     return parse
+
+
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+
+
+def region_name(text: str) -> str:
+    """An AWS region name (us-east-2, us-gov-west-1, us-isob-east-1)."""
+    if not _REGION.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an AWS region name (e.g. us-east-2)")
+    return text
+
+
+# --endpoint-url [SERVICE=]URL, in every command that talks to AWS.
+aws_endpoint = keyed_url(SERVICES, default=ALL_SERVICES, key_name="SERVICE")

@@ -1,8 +1,9 @@
 """The `trainctl` command line: one argparse parser, one module per subcommand.
 
 A subcommand module provides `add_parser(subparsers)`, which registers its parser and sets
-`run` (args -> exit code, see trainctl.exit_codes) as a default. To add one (preflight,
-submit, status, logs), write the module and list it in SUBCOMMANDS.
+`run` (args -> exit code, see trainctl.exit_codes) as a default. To add one, write the module
+(a thin command under trainctl/commands/ over a library module, like commands/rehearse.py) and
+list it in SUBCOMMANDS; a command never imports another (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from trainctl import capacity, fabric_check, goodput, logs, pin, preflight, scale, status, submit
+from trainctl import capacity, fabric_check, goodput, logs, pin, scale, status, submit
 from trainctl.commands import drain, plan, rehearse
 from trainctl.exit_codes import ExitCode
+from trainctl.preflight import command as preflight
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     pin.add_parser,

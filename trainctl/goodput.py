@@ -3,7 +3,7 @@
     trainctl goodput CKPT_DIR/journal.jsonl --instance-type p5.48xlarge --nodes 2
     trainctl goodput ray-result.json --instance-type g6.12xlarge --nodes 2 --json --chart goodput.png
 
-Inputs: the NVRx job's metrics journal (training/nvrx_fsdp.py `Journal`: start, resumed, step, save,
+Inputs: the NVRx job's metrics journal (training/journal.py `Event`: start, resumed, step, save,
 commit, fault, finished) or the Ray fine-tune's step reports (the `history` of its --output-json, or
 a JSON-lines file of reports with `step`, `step_time_s`, `time`, `process_start`).
 
@@ -44,6 +44,7 @@ from typing import Any
 from infra.spec.instances import INSTANCE_TYPES
 from infra.spec.operating import NODE_MTBF, OPERATING
 from trainctl.exit_codes import ExitCode
+from training.journal import JOURNAL_FILE, Event
 
 CAUSES = (
     "productive",
@@ -173,7 +174,7 @@ def nvrx_ledger(
     events: list[dict[str, Any]], *, job: str, baseline_step_s: float | None, slow_factor: float
 ) -> tuple[list[Interval], float, float, int, int, list[float], int]:
     """Intervals, start, end, steps run, steps lost, checkpoint stalls and world size of an NVRx journal."""
-    starts = [e for e in events if e["event"] == "start"]
+    starts = [e for e in events if e["event"] == Event.START]
     if not starts:
         raise GoodputError(f"{job}: the journal has no start event (is it an NVRx metrics journal?)")
 
@@ -189,12 +190,12 @@ def nvrx_ledger(
         key = attempt(e)
         if key in by_attempt:
             by_attempt[key].append(e)
-    steps_all = [e for e in events if e["event"] == "step"]
+    steps_all = [e for e in events if e["event"] == Event.STEP]
     median_step = statistics.median(e["seconds"] for e in steps_all) if steps_all else None
     baseline = baseline_step_s if baseline_step_s is not None else median_step
 
     def begin_of(index: int) -> float:
-        mine = [e for e in by_attempt[order[index]] if e["event"] == "start"]
+        mine = [e for e in by_attempt[order[index]] if e["event"] == Event.START]
         first_start = min(e["time"] for e in mine)
         processes = [e["process_start"] for e in mine if e.get("process_start") is not None]
         previous_end = None if index == 0 else max(e["time"] for e in by_attempt[order[index - 1]])
@@ -208,10 +209,10 @@ def nvrx_ledger(
     steps_lost = 0
     for index, key in enumerate(order):
         mine = by_attempt[key]
-        steps = [e for e in mine if e["event"] == "step"]
+        steps = [e for e in mine if e["event"] == Event.STEP]
         resumed_next = None
         if index + 1 < len(order):
-            resumes = [e for e in by_attempt[order[index + 1]] if e["event"] == "resumed"]
+            resumes = [e for e in by_attempt[order[index + 1]] if e["event"] == Event.RESUMED]
             resumed_next = resumes[0]["step"] if resumes else None
         first_step = min((e["time"] - e["seconds"] for e in steps), default=None)
         label = "startup" if index == 0 else "fault_recovery"
@@ -222,16 +223,16 @@ def nvrx_ledger(
             steps_lost += lost
             intervals += _step_intervals(e["time"] - e["seconds"], e["time"], baseline, slow_factor, lost)
         for e in mine:
-            if e["event"] == "save":
+            if e["event"] == Event.SAVE:
                 intervals.append(Interval("checkpoint_stall", e["time"] - e["stall_s"], e["time"]))
-        faults = [e for e in mine if e["event"] == "fault"]
+        faults = [e for e in mine if e["event"] == Event.FAULT]
         if faults and index + 1 < len(order):
             intervals.append(Interval("fault_detection", min(f["time"] for f in faults), begins[index + 1]))
     last = by_attempt[order[-1]]
-    activity = [e["time"] for e in last if e["event"] in ("step", "save")]
+    activity = [e["time"] for e in last if e["event"] in (Event.STEP, Event.SAVE)]
     if activity:
         intervals.append(Interval("finalize", max(activity), t_end))
-    stalls = [e["stall_s"] for e in events if e["event"] == "save"]
+    stalls = [e["stall_s"] for e in events if e["event"] == Event.SAVE]
     world_size = len({e["rank"] for e in starts})
     return intervals, t0, t_end, len(steps_all), steps_lost, stalls, world_size
 
@@ -308,7 +309,7 @@ def ledger_for(
     slow_factor: float = DEFAULT_SLOW_FACTOR,
 ) -> Ledger:
     kind, records = read_records(path)
-    job = path.parent.name if path.name == "journal.jsonl" else path.stem
+    job = path.parent.name if path.name == JOURNAL_FILE else path.stem
     stalls: list[float] = []
     steps_lost = 0
     world_size = 1
@@ -316,7 +317,7 @@ def ledger_for(
         intervals, t0, t_end, steps, steps_lost, stalls, world_size = nvrx_ledger(
             records, job=job, baseline_step_s=baseline_step_s, slow_factor=slow_factor
         )
-        step_times = [r["seconds"] for r in records if r["event"] == "step"]
+        step_times = [r["seconds"] for r in records if r["event"] == Event.STEP]
     else:
         intervals, t0, t_end, steps = ray_ledger(
             records, job=job, baseline_step_s=baseline_step_s, slow_factor=slow_factor

@@ -13,7 +13,6 @@ Data is a pure function of (seed, rank, step), so an interrupted and resumed run
 # No `from __future__ import annotations` here: NVRx's Wrapper finds the parameter to inject its CallWrapper into by
 # comparing the evaluated annotation (inspect.signature) with its CallWrapper class; string annotations break that.
 
-import argparse
 import contextlib
 import datetime
 import functools
@@ -24,14 +23,13 @@ import math
 import os
 import random
 import socket
-import statistics
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,168 +42,30 @@ from transformers import AutoTokenizer, PreTrainedModel
 from training import checkpointing as ckpt
 from training import emf, fabric_gate
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
-from training.faults import FaultInjector, FaultKind, FaultSpec, check_fault, check_rank, default_marker, parse_fault
+from training.faults import FaultInjector, FaultKind, FaultSpec, check_rank
 from training.fsdp import load_model, shard_model
+from training.journal import Event, Journal, read_journal, summarize
+from training.nvrx_config import (
+    DeviceChoice,
+    InprocessConfig,
+    Job,
+    StoreAddress,
+    default_store_addr,
+)
+from training.nvrx_config import (
+    parse_command as parse_command,  # re-exported: tests/training/test_gpu_smoke_script.py parses with it
+)
 from training.rehearsal import cpu_rehearsal
 
-DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B"
-JOURNAL_FILE = "journal.jsonl"
-# NVRx's Wrapper monitors (threads, monitor process, progress watchdog) every second by default; its timeouts must
-# be longer than that.
-NVRX_MONITOR_INTERVAL_S = 1.0
 # ft_launcher hands every rank the socket of its rank monitor in this variable (nvidia_resiliency_ext
 # fault_tolerance.data.FT_RANK_MONITOR_IPC_SOCKET_ENV_VAR); RankMonitorClient cannot work without it.
 FT_RANK_MONITOR_ENV = "FT_RANK_MONITOR_IPC_SOCKET"
+EXIT_BAD_ARGUMENTS = 2
 
-DeviceChoice = Literal["auto", "cpu", "cuda"]
-CkptMode = Literal["async", "sync"]
-SaverChoice = Literal["auto", "torch", "nvrx"]
-
-
-# --- configuration -----------------------------------------------------------------------------------------------
+# The job's configuration and command line are training/nvrx_config.py (no torch), its journal training/journal.py.
 
 
-def _finite_positive(flag: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{flag} {value:g} must be a positive number of seconds")
-
-
-@dataclass(frozen=True)
-class InprocessConfig:
-    """NVRx inprocess.Wrapper settings; NVRx refuses timeouts unless soft < hard < barrier."""
-
-    enabled: bool = False
-    soft_timeout_s: float = 60.0
-    hard_timeout_s: float = 90.0
-    barrier_timeout_s: float = 120.0
-    max_iterations: int = 10
-
-    def __post_init__(self) -> None:
-        soft, hard, barrier = self.soft_timeout_s, self.hard_timeout_s, self.barrier_timeout_s
-        _finite_positive("--inprocess-soft-timeout", soft)
-        _finite_positive("--inprocess-hard-timeout", hard)
-        _finite_positive("--inprocess-barrier-timeout", barrier)
-        if soft <= NVRX_MONITOR_INTERVAL_S:
-            raise ValueError(
-                f"--inprocess-soft-timeout {soft:g} must be longer than NVRx's {NVRX_MONITOR_INTERVAL_S:g} s "
-                "monitoring interval; use e.g. --inprocess-soft-timeout 60"
-            )
-        if not soft < hard:
-            raise ValueError(
-                f"--inprocess-soft-timeout {soft:g} must be less than --inprocess-hard-timeout {hard:g} (NVRx needs "
-                f"soft < hard < barrier); raise --inprocess-hard-timeout above {soft:g} or lower the soft timeout"
-            )
-        if not hard < barrier:
-            raise ValueError(
-                f"--inprocess-hard-timeout {hard:g} must be less than --inprocess-barrier-timeout {barrier:g} (NVRx "
-                f"needs soft < hard < barrier); raise --inprocess-barrier-timeout above {hard:g} or lower the hard one"
-            )
-        if self.max_iterations < 1:
-            raise ValueError(
-                f"--inprocess-max-iterations {self.max_iterations} must be at least 1 (the first run counts)"
-            )
-
-    @property
-    def heartbeat_timeout_s(self) -> float:
-        # The Wrapper's missing-rank timeout: NVRx needs interval < heartbeat timeout < barrier timeout.
-        return min(30.0, (NVRX_MONITOR_INTERVAL_S + self.barrier_timeout_s) / 2)
-
-
-@dataclass(frozen=True)
-class StoreAddress:
-    host: str
-    port: int
-
-    def __post_init__(self) -> None:
-        if not self.host:
-            raise ValueError("--store-addr needs a host, e.g. --store-addr trainer-0.trainer:29501")
-        if not 1 <= self.port <= 65534:
-            raise ValueError(
-                f"--store-addr port {self.port} is out of range: NVRx's Wrapper store takes PORT+1, so use 1..65534"
-            )
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def parse_store_addr(text: str) -> StoreAddress:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()):
-        raise ValueError(f"--store-addr {text!r} is not HOST:PORT; use e.g. --store-addr trainer-0.trainer:29501")
-    return StoreAddress(host=host.removeprefix("[").removesuffix("]"), port=int(port))
-
-
-def default_store_addr() -> StoreAddress:
-    """$MASTER_ADDR:$MASTER_PORT+1: torchrun/ft_launcher's own store listens on MASTER_PORT. ft_launcher sets
-    MASTER_ADDR=localhost, so multi-node jobs must pass --store-addr with rank 0's real host."""
-    try:
-        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    except (KeyError, ValueError):
-        raise ValueError(
-            "--inprocess without --store-addr needs MASTER_ADDR and MASTER_PORT (set by the launcher)"
-        ) from None
-    return StoreAddress(host=host, port=port + 1)
-
-
-@dataclass(frozen=True)
-class Job:
-    model: str
-    ckpt_dir: Path
-    data: Path | None = None
-    seq_len: int = 512
-    batch_size: int = 4
-    steps: int = 100
-    lr: float = 1e-5
-    seed: int = 0
-    device: DeviceChoice = "auto"
-    ckpt_every: int = 50
-    ckpt_mode: CkptMode = "async"
-    ckpt_keep: int = 2
-    ckpt_saver: SaverChoice = "auto"
-    ckpt_slow_write_s: float = 0.0
-    inprocess: InprocessConfig = field(default_factory=InprocessConfig)
-    store_addr: StoreAddress | None = None
-    fault: FaultSpec | None = None
-    fault_marker: Path | None = None
-    metrics_file: Path | None = None
-    pg_timeout_s: float | None = None
-    log_every: int = 1
-    gate: fabric_gate.GateConfig = field(default_factory=fabric_gate.GateConfig)
-
-    def __post_init__(self) -> None:
-        for flag, value in (
-            ("--seq-len", self.seq_len),
-            ("--batch-size", self.batch_size),
-            ("--steps", self.steps),
-            ("--ckpt-every", self.ckpt_every),
-            ("--ckpt-keep", self.ckpt_keep),
-            ("--log-every", self.log_every),
-        ):
-            if value < 1:
-                raise ValueError(f"{flag} {value} must be at least 1")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"--lr {self.lr:g} must be a positive number")
-        if not (math.isfinite(self.ckpt_slow_write_s) and self.ckpt_slow_write_s >= 0):
-            raise ValueError(f"--ckpt-slow-write-s {self.ckpt_slow_write_s:g} must be 0 or more seconds")
-        if self.ckpt_slow_write_s > 0 and self.ckpt_saver == "nvrx":
-            raise ValueError("--ckpt-slow-write-s works with the torch savers only; drop it or use --ckpt-saver torch")
-        if self.pg_timeout_s is not None:
-            _finite_positive("--pg-timeout", self.pg_timeout_s)
-        if self.fault is not None:
-            check_fault(self.fault, steps=self.steps, ckpt_every=self.ckpt_every, ckpt_mode=self.ckpt_mode)
-
-    @property
-    def marker(self) -> Path | None:
-        if self.fault is None:
-            return None
-        return self.fault_marker or default_marker(self.ckpt_dir, self.fault)
-
-    @property
-    def journal(self) -> Path:
-        return self.ckpt_dir / JOURNAL_FILE
-
-    def is_checkpoint_step(self, step: int) -> bool:
-        return step % self.ckpt_every == 0 or step == self.steps
+# --- device ------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -245,126 +105,6 @@ def pg_timeout(job: Job, plan: DevicePlan) -> datetime.timedelta:
 # --- command line ------------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.nvrx_fsdp",
-        description=(__doc__ or "").splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    add = parser.add_argument
-    add("--model", default=DEFAULT_MODEL, help="Hugging Face model id or local directory")
-    add("--data", type=Path, default=None, help="local .txt/.jsonl file to train on (default: synthetic tokens)")
-    add("--seq-len", type=int, default=512, help="tokens per sequence")
-    add("--batch-size", type=int, default=4, help="sequences per rank per step")
-    add("--steps", type=int, default=100, help="target global step count")
-    add("--lr", type=float, default=1e-5, help="AdamW learning rate")
-    add("--seed", type=int, default=0, help="seeds model-independent RNGs and the data order")
-    add("--device", choices=["auto", "cpu", "cuda"], default="auto", help="cuda + NCCL or cpu + gloo")
-    add("--log-every", type=int, default=1, help="print the loss every N steps")
-
-    group = parser.add_argument_group("checkpoints")
-    group.add_argument("--ckpt-dir", type=Path, required=True, help="checkpoints, journal and fault markers")
-    group.add_argument("--ckpt-every", type=int, default=50, help="save every N steps (and at the last step)")
-    group.add_argument("--ckpt-mode", choices=["async", "sync"], default="async", help="async: save in the background")
-    group.add_argument("--ckpt-keep", type=int, default=2, help="committed checkpoints to keep")
-    group.add_argument(
-        "--ckpt-saver",
-        choices=["auto", "torch", "nvrx"],
-        default="auto",
-        help="async saver: NVRx async_ckpt (auto on CUDA) or torch.distributed.checkpoint.async_save (auto on CPU)",
-    )
-    group.add_argument("--ckpt-slow-write-s", type=float, default=0.0, help=argparse.SUPPRESS)
-
-    group = parser.add_argument_group("in-process restart (NVRx inprocess.Wrapper)")
-    group.add_argument("--inprocess", action="store_true", help="restart the training function in-process on faults")
-    group.add_argument("--inprocess-soft-timeout", type=float, default=60.0, help="seconds without progress: abort")
-    group.add_argument("--inprocess-hard-timeout", type=float, default=90.0, help="seconds without progress: kill")
-    group.add_argument("--inprocess-barrier-timeout", type=float, default=120.0, help="restart barrier timeout")
-    group.add_argument(
-        "--inprocess-max-iterations", type=int, default=10, help="runs of the training function, the first included"
-    )
-    group.add_argument(
-        "--store-addr",
-        default=None,
-        help="HOST:PORT of the TCPStore behind each iteration's process group (the Wrapper's own store takes "
-        "PORT+1); default $MASTER_ADDR:$MASTER_PORT+1",
-    )
-    group.add_argument(
-        "--pg-timeout", type=float, default=None, help="collective timeout in seconds (default: derived)"
-    )
-
-    group = parser.add_argument_group("fault injection (tests, benchmarks)")
-    group.add_argument("--fault", default=None, help="kill | exception | hang | kill-during-save")
-    group.add_argument("--fault-step", type=int, default=None, help="step (from 1) at whose start the fault fires")
-    group.add_argument("--fault-rank", type=int, default=None, help="rank that fails (default 0)")
-    group.add_argument("--fault-marker", type=Path, default=None, help="fire-once marker (default: in --ckpt-dir)")
-
-    fabric_gate.add_gate_arguments(parser)
-
-    group = parser.add_argument_group("output")
-    group.add_argument("--metrics-file", type=Path, default=None, help="JSON metrics, written by rank 0 at the end")
-    parser.add_argument(
-        "--check-args",
-        action="store_true",
-        help="parse and validate the arguments and the device, then exit: 0 valid, 2 not. Run before ft_launcher, "
-        "which turns any worker failure into its own exit 1 (so a Job's exit-2 rule would never see it)",
-    )
-    return parser
-
-
-def job_from_args(args: argparse.Namespace) -> Job:
-    inprocess = InprocessConfig(
-        enabled=args.inprocess,
-        soft_timeout_s=args.inprocess_soft_timeout,
-        hard_timeout_s=args.inprocess_hard_timeout,
-        barrier_timeout_s=args.inprocess_barrier_timeout,
-        max_iterations=args.inprocess_max_iterations,
-    )
-    model = str(Path(args.model).resolve()) if Path(args.model).is_dir() else args.model
-    return Job(
-        model=model,
-        ckpt_dir=args.ckpt_dir.resolve(),
-        data=args.data.resolve() if args.data is not None else None,
-        seq_len=args.seq_len,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        lr=args.lr,
-        seed=args.seed,
-        device=args.device,
-        ckpt_every=args.ckpt_every,
-        ckpt_mode=args.ckpt_mode,
-        ckpt_keep=args.ckpt_keep,
-        ckpt_saver=args.ckpt_saver,
-        ckpt_slow_write_s=args.ckpt_slow_write_s,
-        inprocess=inprocess,
-        store_addr=parse_store_addr(args.store_addr) if args.store_addr is not None else None,
-        fault=parse_fault(args.fault, args.fault_step, args.fault_rank),
-        fault_marker=args.fault_marker.resolve() if args.fault_marker is not None else None,
-        metrics_file=args.metrics_file.resolve() if args.metrics_file is not None else None,
-        pg_timeout_s=args.pg_timeout,
-        log_every=args.log_every,
-        gate=fabric_gate.gate_config(args),
-    )
-
-
-def parse_command(argv: Sequence[str] | None = None) -> tuple[Job, bool]:
-    """(the job of a command line, whether only --check-args was asked); errors exit 2 naming the flag."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return job_from_args(args), bool(args.check_args)
-    except ValueError as exc:
-        parser.error(str(exc))
-
-
-def parse_job(argv: Sequence[str] | None = None) -> Job:
-    """The job of a command line; errors exit with status 2 and a message naming the flag."""
-    return parse_command(argv)[0]
-
-
-EXIT_BAD_ARGUMENTS = 2
-
-
 def check_job(job: Job) -> int:
     """--check-args: the arguments parsed and validated (parse_command); the device they ask for must exist."""
     try:
@@ -374,98 +114,6 @@ def check_job(job: Job) -> int:
         return EXIT_BAD_ARGUMENTS
     print(f"arguments ok: {job.steps} steps on {plan.device_type} ({plan.backend}), checkpoints in {job.ckpt_dir}")
     return 0
-
-
-# --- journal: events that outlive restarts -----------------------------------------------------------------------
-
-
-class Journal:
-    """JSON lines appended to DIR/journal.jsonl by every process of every attempt: what the metrics are built from,
-    since a killed process keeps nothing in memory. Each event is one O_APPEND write, so lines do not interleave."""
-
-    def __init__(self, path: Path, rank: int, context: dict[str, Any]) -> None:
-        self.path = path
-        self.rank = rank
-        self.context = context
-
-    def event(self, kind: str, **fields: Any) -> None:
-        record = {"event": kind, "time": time.time(), "rank": self.rank, "pid": os.getpid(), **self.context, **fields}
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (json.dumps(record) + "\n").encode())
-        finally:
-            os.close(fd)
-
-
-def read_journal(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return sorted(events, key=lambda e: float(e["time"]))
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _restart_kind(fault: dict[str, Any], resumed: dict[str, Any]) -> str:
-    if resumed["run_id"] != fault["run_id"]:
-        return "relaunch"
-    if resumed["restart"] > fault["restart"]:
-        return "ft_launcher"
-    if resumed["iteration"] > fault["iteration"]:
-        return "inprocess"
-    return "unknown"
-
-
-def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-step times, saves, restarts and recoveries of the whole job, from its journal."""
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for event in events:
-        by_kind.setdefault(event["event"], []).append(event)
-    context = ("run_id", "restart", "iteration")
-    steps = [{k: e[k] for k in ("step", "seconds", "loss", *context)} for e in by_kind.get("step", [])]
-    committed = {(e["run_id"], e["restart"], e["iteration"], e["step"]) for e in by_kind.get("commit", [])}
-    saves = [
-        {
-            **{k: e[k] for k in ("step", "saver", "stall_s", *context)},
-            "committed": (e["run_id"], e["restart"], e["iteration"], e["step"]) in committed,
-        }
-        for e in by_kind.get("save", [])
-    ]
-    resumes = by_kind.get("resumed", [])
-    recoveries = []
-    for fault in by_kind.get("fault", []):
-        entry: dict[str, Any] = {
-            k: fault[k] for k in ("fault", "step", "rank", "completed_steps", "last_committed", *context)
-        }
-        entry["files_at_fault"] = fault.get("files", [])
-        since_checkpoint = fault["completed_steps"] - (fault["last_committed"] or 0)
-        entry["steps_since_checkpoint"] = since_checkpoint
-        resumed = next((r for r in resumes if r["time"] > fault["time"]), None)
-        if resumed is not None:
-            entry.update(
-                resumed_step=resumed["step"],
-                steps_lost=fault["completed_steps"] - resumed["step"],
-                recovery_s=resumed["time"] - fault["time"],
-                recovered_by=_restart_kind(fault, resumed),
-            )
-        recoveries.append(entry)
-    starts = [{k: e[k] for k in ("rank", "pid", "time", *context)} for e in by_kind.get("start", [])]
-    stalls = [s["stall_s"] for s in saves]
-    return {
-        "step_times": steps,
-        "saves": saves,
-        "save_stall_s": {"count": len(stalls), "median": _median(stalls), "max": max(stalls, default=None)},
-        "recoveries": recoveries,
-        "resumes": [{k: r[k] for k in ("step", "ignored_incomplete", "time", *context)} for r in resumes],
-        "starts": starts,
-        "restarts": {
-            "torchelastic": max((s["restart"] for s in starts), default=0),
-            "inprocess_iterations": max((s["iteration"] for s in starts), default=0),
-            "launches": len({s["run_id"] for s in starts}),
-        },
-    }
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -630,7 +278,7 @@ class Session:
         job.ckpt_dir.mkdir(parents=True, exist_ok=True)
         context = {"run_id": self.run_id, "restart": self.restart, "iteration": self.iteration}
         journal = Journal(job.journal, rank, context)
-        journal.event("start", process_start=emf.process_start_time())
+        journal.event(Event.START, process_start=emf.process_start_time())
         self._start_metrics(rank, world_size)
         if rank == 0 and (self.restart or self.iteration):
             log(f"restart detected: torchelastic restart {self.restart}, in-process iteration {self.iteration}")
@@ -645,7 +293,7 @@ class Session:
         fingerprint, numel = param_fingerprint(state.model)
         saver.close()
         if rank == 0:
-            journal.event("finished", step=job.steps, loss=loss)
+            journal.event(Event.FINISHED, step=job.steps, loss=loss)
             self._write_metrics(loss, fingerprint, numel, world_size)
         dist.barrier()
         self.heartbeats.stop()
@@ -710,7 +358,9 @@ class Session:
 
         def on_commit(record: ckpt.SaveRecord) -> None:
             if rank == 0:
-                journal.event("commit", step=record.step, stall_s=record.stall_s, commit_wait_s=record.commit_wait_s)
+                journal.event(
+                    Event.COMMIT, step=record.step, stall_s=record.stall_s, commit_wait_s=record.commit_wait_s
+                )
                 log(
                     f"checkpoint committed step {record.step} (stall {record.stall_s * 1e3:.1f} ms, commit wait "
                     f"{record.commit_wait_s * 1e3:.1f} ms, {record.saver})"
@@ -744,7 +394,7 @@ class Session:
                 log(f"resume from step {start} ({restored.path}, saved by {restored.saver})")
             else:
                 log(f"no complete checkpoint in {job.ckpt_dir}: starting from step 0")
-            journal.event("resumed", step=start, ignored_incomplete=list(found.incomplete))
+            journal.event(Event.RESUMED, step=start, ignored_incomplete=list(found.incomplete))
         return start
 
     def _fault_logger(self, journal: Journal) -> Callable[[FaultSpec], None]:
@@ -755,7 +405,7 @@ class Session:
             if spec.kind is FaultKind.KILL_DURING_SAVE:
                 files = sorted(p.name for p in ckpt.step_dir(self.job.ckpt_dir, spec.step).iterdir())
             journal.event(
-                "fault",
+                Event.FAULT,
                 fault=spec.kind.value,
                 step=spec.step,
                 completed_steps=completed,
@@ -783,14 +433,14 @@ class Session:
             self.heartbeats.beat()
             self._ping()
             if rank == 0:
-                journal.event("step", step=step, seconds=seconds, loss=loss)
+                journal.event(Event.STEP, step=step, seconds=seconds, loss=loss)
                 if step % job.log_every == 0 or step == job.steps:
                     log(f"step {step}/{job.steps} loss {loss:.4f} ({seconds * 1e3:.0f} ms)")
                     self._emit_throughput(step, seconds)
             if job.is_checkpoint_step(step):
                 saver.save(step, state)
                 if rank == 0:
-                    journal.event("save", step=step, saver=saver.name, stall_s=saver.records[-1].stall_s)
+                    journal.event(Event.SAVE, step=step, saver=saver.name, stall_s=saver.records[-1].stall_s)
                 self.heartbeats.beat()
                 directory = ckpt.step_dir(job.ckpt_dir, step)
                 injector.after_save_started(step, written=functools.partial(shard_written, directory, rank))

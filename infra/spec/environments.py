@@ -243,7 +243,7 @@ class Capacity:
     `placement_group_name` is for RESERVATION / CAPACITY_BLOCK groups whose reservation was created
     in a cluster placement group: an On-Demand Capacity Reservation made in a cluster placement group
     is used only by instances launched into that same group (EC2 user guide, "Capacity Reservations
-    in cluster placement groups"; REFERENCE.md), so the launch template then sets
+    in cluster placement groups"), so the launch template then sets
     `Placement.GroupName` to it. Plain ON_DEMAND groups get a cluster placement group of their own
     and refuse the field.
     """

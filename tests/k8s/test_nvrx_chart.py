@@ -34,6 +34,7 @@ from k8s.nvrx_spec import (
 from k8s.ray_spec import WorkloadError
 from tests.conftest import ROOT
 from tests.k8s.schema import validate_core
+from training.nvrx_config import parse_job
 
 DIGEST = "sha256:" + hashlib.sha256(b"nvrx chart test image").hexdigest()
 LOCK = ImageLock.load().with_digest(NVRX_IMAGE, DIGEST)
@@ -300,6 +301,11 @@ def test_more_nodes_than_the_group_allows_is_refused_with_the_fix() -> None:
         (lambda: NvrxFsdpJob(nodes=1), r"nvrx.nodes=1 must be at least 2"),
         (lambda: InProcessRestart(soft_timeout_s=90, hard_timeout_s=60), r"soft < hard < barrier"),
         (lambda: InProcessRestart(hard_timeout_s=200, barrier_timeout_s=120), r"soft < hard < barrier"),
+        # The training CLI refuses a soft timeout within NVRx's monitoring interval; the chart must not write one.
+        (
+            lambda: InProcessRestart(soft_timeout_s=1, hard_timeout_s=2, barrier_timeout_s=3),
+            r"soft_timeout_s=1 must be longer than NVRx's 1 s monitoring interval",
+        ),
         (lambda: CheckpointPolicy(keep=1), r"keep=1 must be at least 2"),
         (lambda: CheckpointPolicy(every_steps=0), r"every_steps=0"),
         (lambda: FtLauncherConfig(rank_heartbeat_timeout_s=1300), r"0 < rank <= initial"),
@@ -368,8 +374,6 @@ def test_synthesis_is_deterministic() -> None:
 
 
 def test_training_flags_are_accepted_by_the_real_training_cli(prod: Any) -> None:
-    from training.nvrx_fsdp import parse_job
-
     chart, _ = prod
     job = NvrxFsdpJob()
     # argv[0:2] is "-m training.nvrx_fsdp"; the rest is what the module's own parser gets.

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from trainctl.arguments import node_count, seconds
+from trainctl.arguments import aws_endpoint, node_count, region_name, seconds
 from trainctl.cli import main
 
 
@@ -42,9 +42,15 @@ def test_the_cli_refuses_a_bad_node_count(argv: list[str], message: str, capsys:
 
 
 def test_keyed_url_overrides() -> None:
-    from trainctl.preflight import aws_endpoint
-
     assert aws_endpoint("http://127.0.0.1:5000") == ("*", "http://127.0.0.1:5000")
     assert aws_endpoint("ec2=http://127.0.0.1:5000") == ("ec2", "http://127.0.0.1:5000")
     with pytest.raises(argparse.ArgumentTypeError, match="expected URL or SERVICE=URL with SERVICE one of ec2, "):
         aws_endpoint("ec2=ftp://x")
+
+
+def test_region_names() -> None:
+    for name in ("us-east-2", "eu-central-1", "us-gov-west-1", "us-isob-east-1"):
+        assert region_name(name) == name
+    for bad in ("", "us-east", "US-EAST-2", "us_east_2", "useast2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not an AWS region name"):
+            region_name(bad)

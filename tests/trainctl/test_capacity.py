@@ -11,7 +11,8 @@ import pytest
 
 from infra.spec import get_environment
 from tests.trainctl.fake_aws import CapacityEc2, FakeServiceQuotas, MotoServer
-from trainctl.capacity import CapacityReport, Verdict, find_capacity
+from trainctl.capacity import CapacityReport, find_capacity
+from trainctl.capacity_probe import Verdict
 from trainctl.cli import main
 
 pytestmark = pytest.mark.usefixtures("fake_aws_credentials")

@@ -11,7 +11,8 @@ import pytest
 from infra.spec.versions import HELM_CHARTS
 from tests.trainctl.fake_registry import FakeRegistry, Image
 from trainctl.helm_repo import ChartRepoError, RepoErrorKind, oci_reference
-from trainctl.preflight import Check, Status, chart_checks
+from trainctl.preflight.chart import chart_checks
+from trainctl.preflight.results import Check, Status
 
 KUEUE_PIN = HELM_CHARTS["kueue"]
 

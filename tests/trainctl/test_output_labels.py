@@ -7,12 +7,15 @@ from pathlib import Path
 
 from infra.spec.versions import HELM_CHARTS
 from trainctl.aws import AwsError, ErrorKind
-from trainctl.capacity import Probe, Verdict, Zone
+from trainctl.capacity import Zone
+from trainctl.capacity_probe import Probe, Verdict
 from trainctl.helm_repo import ChartRepoError, RepoErrorKind
 from trainctl.output import NOT_RUN, table
 from trainctl.pin import ImageResult, Mode, PinReport
 from trainctl.pin import Status as PinStatus
-from trainctl.preflight import Check, CheckResult, PreflightReport, Status, chart_not_fetched, could_not_run
+from trainctl.preflight.chart import chart_not_fetched
+from trainctl.preflight.report import PreflightReport
+from trainctl.preflight.results import Check, CheckResult, Status, could_not_run
 
 
 def _rows(rendered: str, header: str) -> dict[str, str]:

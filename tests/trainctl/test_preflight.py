@@ -36,18 +36,12 @@ from tests.trainctl.fake_iam import IamDenied
 from trainctl.aws import Aws, ErrorKind
 from trainctl.cli import main
 from trainctl.exit_codes import ExitCode
-from trainctl.preflight import (
-    ALL_CHARTS,
-    Check,
-    CheckResult,
-    PreflightReport,
-    Status,
-    StderrProgress,
-    chart_checks,
-    evaluate_subnet,
-    preflight,
-    run_checks,
-)
+from trainctl.preflight.chart import ALL_CHARTS, chart_checks
+from trainctl.preflight.command import StderrProgress
+from trainctl.preflight.report import PreflightReport
+from trainctl.preflight.results import Check, CheckResult, Status
+from trainctl.preflight.runner import preflight, run_checks
+from trainctl.preflight.subnet import evaluate_subnet
 
 PROD = get_environment("prod")
 DEV = get_environment("dev")

@@ -13,7 +13,7 @@ from infra.spec.operating import NODE_MTBF
 from tests.training.nvrx_runs import NvrxRun
 from trainctl.cli import main
 from trainctl.goodput import CAUSES, ledger_for
-from training.nvrx_fsdp import read_journal, summarize
+from training.journal import read_journal, summarize
 
 pytestmark = pytest.mark.timeout(600)
 

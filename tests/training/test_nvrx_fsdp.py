@@ -21,19 +21,9 @@ import torch
 
 from tests.training.nvrx_runs import STEPS, NvrxRun
 from training.faults import FaultKind, FaultSpec
-from training.nvrx_fsdp import (
-    InprocessConfig,
-    Job,
-    StoreAddress,
-    batch_source,
-    build_parser,
-    build_wrapper,
-    main,
-    parse_job,
-    parse_store_addr,
-    plan_device,
-    summarize,
-)
+from training.journal import summarize
+from training.nvrx_config import InprocessConfig, Job, StoreAddress, build_parser, parse_job, parse_store_addr
+from training.nvrx_fsdp import batch_source, build_wrapper, main, plan_device
 
 # --- command line ------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,196 @@
+"""The import layers of docs/layout.md, enforced: an AST walk over every module (imports inside functions
+and `if TYPE_CHECKING:` blocks included) fails on any edge between layers that LAYERS does not allow and
+EXCEPTIONS does not list, and docs/layout.md must state the same table and the same exceptions."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("app.py", "infra", "k8s", "training", "trainctl", "rehearse", "gates", "scripts")
+
+# Layer (a dotted prefix; the longest one that matches a module is its layer) -> the layers it may import.
+# Only imports of this repository's own packages are checked here; infra/spec's third-party imports below.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "app": ("infra",),
+    "infra.spec": ("infra.spec",),
+    "infra": ("infra",),
+    "k8s": ("k8s", "infra.spec", "training.emf", "training.nvrx_config"),
+    "training": ("training",),
+    "rehearse": ("rehearse", "training", "k8s", "infra.spec"),
+    "trainctl": ("trainctl", "infra.spec", "k8s", "training"),
+    "trainctl.commands": ("trainctl", "infra.spec", "k8s", "training", "rehearse"),
+    "gates": ("gates", "infra.spec", "k8s", "app"),
+    "scripts": ("scripts", "app", "infra", "k8s", "training", "trainctl", "rehearse", "gates"),
+}
+
+# (importing module, imported module) -> why the edge is there. Each must still exist (test below).
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("infra.spec.metrics", "training.emf"): "the EMF metric names live where the pods write them (training/ ships "
+    "to the pods without infra/); the alarms read them from there",
+    ("infra.addons.kueue", "k8s.queueing"): "the Kueue queue objects are built in k8s/queueing.py; moving the pure "
+    "builders to infra/spec is another branch's work (issue 21)",
+}
+
+# infra/spec is pure data: no construct library.
+SPEC_FORBIDDEN = ("aws_cdk", "constructs", "cdk8s", "jsii")
+
+# training/ modules that ship to the pods and are imported without torch: standard library and each other only.
+STDLIB_ONLY = (
+    "training.emf",
+    "training.journal",
+    "training.nvrx_config",
+    "training.faults",
+    "training.rehearsal",
+    "training.fabric_gate",
+    "training.fabric_analyzer",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for source in SOURCES:
+        path = ROOT / source
+        for file in [path] if path.is_file() else sorted(path.rglob("*.py")):
+            yield module_name(file), file
+
+
+def imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
+    """(imported module, line) for every import statement in the file, wherever it is."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            yield target, node.lineno
+            for alias in node.names:  # `from trainctl import capacity` imports the module trainctl.capacity
+                yield f"{target}.{alias.name}", node.lineno
+
+
+def within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_of(module: str) -> str | None:
+    matches = [layer for layer in LAYERS if within(module, layer)]
+    return max(matches, key=len) if matches else None
+
+
+OWN = {module for module, _ in modules()}
+
+
+def own(target: str) -> bool:
+    return target in OWN
+
+
+def edges() -> Iterator[tuple[str, str, Path, int]]:
+    for name, path in modules():
+        for target, line in imports(name, path):
+            if own(target):
+                yield name, target, path, line
+
+
+def test_every_edge_between_layers_is_allowed_or_a_listed_exception() -> None:
+    wrong = []
+    for name, target, path, line in edges():
+        layer = layer_of(name)
+        assert layer is not None, f"{name} is in no layer of LAYERS"
+        if any(within(target, allowed) for allowed in LAYERS[layer]) or (name, target) in EXCEPTIONS:
+            continue
+        wrong.append(f"{path.relative_to(ROOT)}:{line}: {name} ({layer}) imports {target}")
+    assert not wrong, "imports against the layers of docs/layout.md:\n" + "\n".join(wrong)
+
+
+def test_every_listed_exception_is_still_needed() -> None:
+    present = {(name, target) for name, target, _, _ in edges()}
+    stale = [edge for edge in EXCEPTIONS if edge not in present]
+    assert not stale, f"remove from EXCEPTIONS (and docs/layout.md), the import is gone: {stale}"
+
+
+def test_infra_spec_imports_no_construct_library() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for name, path in modules()
+        if within(name, "infra.spec")
+        for target, line in imports(name, path)
+        if target.split(".")[0] in SPEC_FORBIDDEN
+    ]
+    assert not wrong, f"infra/spec is pure data: {wrong}"
+
+
+def test_the_modules_that_ship_to_pods_without_torch_import_the_standard_library_only() -> None:
+    def allowed(target: str) -> bool:
+        top = target.split(".")[0]
+        # `from training import faults` names the package and then training.faults, which is checked itself.
+        return top in sys.stdlib_module_names or top == "__future__" or target in (*STDLIB_ONLY, "training")
+
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for name, path in modules()
+        if name in STDLIB_ONLY
+        for target, line in imports(name, path)
+        if not allowed(target) and (own(target) or not target.startswith("training."))
+    ]
+    assert not wrong, f"standard library only (these ship to the pods and parse flags without torch): {wrong}"
+
+
+def command_modules() -> set[str]:
+    """trainctl modules that register a subcommand (a module-level add_parser)."""
+    found = set()
+    for name, path in modules():
+        if not within(name, "trainctl"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.FunctionDef) and node.name == "add_parser" for node in tree.body):
+            found.add(name)
+    return found
+
+
+def test_no_trainctl_command_imports_another() -> None:
+    commands = command_modules()
+    assert {"trainctl.preflight.command", "trainctl.capacity", "trainctl.commands.rehearse"} <= commands
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: {name} imports {target}"
+        for name, target, path, line in edges()
+        if name in commands and target in commands and target != name
+    ]
+    assert not wrong, f"a command imports another command (share a library module instead): {wrong}"
+
+
+def documented_layers() -> tuple[dict[str, tuple[str, ...]], set[tuple[str, str]]]:
+    """The table and the exceptions of docs/layout.md's "Layers" section."""
+    text = (ROOT / "docs/layout.md").read_text(encoding="utf-8")
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for row in re.findall(r"^\| `([\w.]+)` \| (.+) \|$", section, re.M):
+        table[row[0]] = tuple(re.findall(r"`([\w.]+)`", row[1]))
+    exceptions = set(re.findall(r"^- `([\w.]+)` -> `([\w.]+)`", section, re.M))
+    return table, exceptions
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_docs_layout_states_the_same_layers(layer: str) -> None:
+    table, _ = documented_layers()
+    assert set(table) == set(LAYERS)
+    assert set(table[layer]) == set(LAYERS[layer]), f"docs/layout.md: {layer} may import {LAYERS[layer]}"
+
+
+def test_docs_layout_lists_the_same_exceptions() -> None:
+    _, exceptions = documented_layers()
+    assert exceptions == set(EXCEPTIONS)

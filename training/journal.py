@@ -1,0 +1,132 @@
+"""The NVRx job's journal: JSON lines appended to CKPT_DIR/journal.jsonl by every process of every attempt
+(training/nvrx_fsdp.py writes it; trainctl goodput and the job's own metrics read it). The event names are
+defined here once, for the writer and the readers. Standard library only: it ships to the pods in the
+training-code ConfigMap (k8s/charts/ray.py) and trainctl imports it without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+JOURNAL_FILE = "journal.jsonl"
+
+
+class Event(StrEnum):
+    """The `event` field of a journal line."""
+
+    START = "start"
+    """A process began (rank, pid, process_start); one per rank per attempt and in-process iteration."""
+    RESUMED = "resumed"
+    """Rank 0 loaded the newest complete checkpoint (step, ignored_incomplete)."""
+    STEP = "step"
+    """Rank 0 finished a step (step, seconds, loss)."""
+    SAVE = "save"
+    """Rank 0 started a checkpoint save (step, saver, stall_s: how long it blocked training)."""
+    COMMIT = "commit"
+    """A save became complete on storage (step, stall_s, commit_wait_s)."""
+    FAULT = "fault"
+    """An injected fault fired (fault, step, completed_steps, last_committed, files)."""
+    FINISHED = "finished"
+    """Rank 0 reached the last step (step, loss)."""
+
+
+class Journal:
+    """JSON lines appended to DIR/journal.jsonl by every process of every attempt: what the metrics are built from,
+    since a killed process keeps nothing in memory. Each event is one O_APPEND write, so lines do not interleave."""
+
+    def __init__(self, path: Path, rank: int, context: dict[str, Any]) -> None:
+        self.path = path
+        self.rank = rank
+        self.context = context
+
+    def event(self, kind: Event, **fields: Any) -> None:
+        record = {
+            "event": kind.value,
+            "time": time.time(),
+            "rank": self.rank,
+            "pid": os.getpid(),
+            **self.context,
+            **fields,
+        }
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return sorted(events, key=lambda e: float(e["time"]))
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _restart_kind(fault: dict[str, Any], resumed: dict[str, Any]) -> str:
+    if resumed["run_id"] != fault["run_id"]:
+        return "relaunch"
+    if resumed["restart"] > fault["restart"]:
+        return "ft_launcher"
+    if resumed["iteration"] > fault["iteration"]:
+        return "inprocess"
+    return "unknown"
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-step times, saves, restarts and recoveries of the whole job, from its journal."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        by_kind.setdefault(event["event"], []).append(event)
+    context = ("run_id", "restart", "iteration")
+    steps = [{k: e[k] for k in ("step", "seconds", "loss", *context)} for e in by_kind.get(Event.STEP, [])]
+    committed = {(e["run_id"], e["restart"], e["iteration"], e["step"]) for e in by_kind.get(Event.COMMIT, [])}
+    saves = [
+        {
+            **{k: e[k] for k in ("step", "saver", "stall_s", *context)},
+            "committed": (e["run_id"], e["restart"], e["iteration"], e["step"]) in committed,
+        }
+        for e in by_kind.get(Event.SAVE, [])
+    ]
+    resumes = by_kind.get(Event.RESUMED, [])
+    recoveries = []
+    for fault in by_kind.get(Event.FAULT, []):
+        entry: dict[str, Any] = {
+            k: fault[k] for k in ("fault", "step", "rank", "completed_steps", "last_committed", *context)
+        }
+        entry["files_at_fault"] = fault.get("files", [])
+        since_checkpoint = fault["completed_steps"] - (fault["last_committed"] or 0)
+        entry["steps_since_checkpoint"] = since_checkpoint
+        resumed = next((r for r in resumes if r["time"] > fault["time"]), None)
+        if resumed is not None:
+            entry.update(
+                resumed_step=resumed["step"],
+                steps_lost=fault["completed_steps"] - resumed["step"],
+                recovery_s=resumed["time"] - fault["time"],
+                recovered_by=_restart_kind(fault, resumed),
+            )
+        recoveries.append(entry)
+    starts = [{k: e[k] for k in ("rank", "pid", "time", *context)} for e in by_kind.get(Event.START, [])]
+    stalls = [s["stall_s"] for s in saves]
+    return {
+        "step_times": steps,
+        "saves": saves,
+        "save_stall_s": {"count": len(stalls), "median": _median(stalls), "max": max(stalls, default=None)},
+        "recoveries": recoveries,
+        "resumes": [{k: r[k] for k in ("step", "ignored_incomplete", "time", *context)} for r in resumes],
+        "starts": starts,
+        "restarts": {
+            "torchelastic": max((s["restart"] for s in starts), default=0),
+            "inprocess_iterations": max((s["iteration"] for s in starts), default=0),
+            "launches": len({s["run_id"] for s in starts}),
+        },
+    }
