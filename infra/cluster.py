@@ -10,7 +10,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from infra.logs import retention_days
 from infra.spec import ClusterConfig, EndpointAccess
@@ -31,7 +31,7 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 ADDONS_BEFORE_NODES = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 
 
-def kubectl_provider_function(cluster: eks.Cluster) -> Construct:
+def kubectl_provider_function(cluster: eks.Cluster) -> IConstruct:
     """The function whose ARN is the kubectl provider's service token (aws-cdk-lib 2.275.0 aws-eks-v2
     kubectl-provider.js: `cr.Provider(this, "Provider")`, serviceToken = the framework's onEvent function)."""
     found = cluster.node.try_find_child("KubectlProvider")

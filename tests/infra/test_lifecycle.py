@@ -255,7 +255,8 @@ def test_persistent_volume_names_follow_the_file_system(variants: dict[str, Any]
 
 
 def test_plan_names_each_replacement_and_marks_the_stateful_ones(variants: dict[str, Any]) -> None:
-    from trainctl.template_plan import AcknowledgedReplacement, plan_templates
+    from infra.spec import AcknowledgedReplacement
+    from trainctl.template_plan import plan_templates
 
     moved = plan_templates(variants["prod"], variants["moved"], acknowledged=())
     replaced = {(c.stack, c.type) for c in moved.replacements}
@@ -287,7 +288,8 @@ def test_plan_names_each_replacement_and_marks_the_stateful_ones(variants: dict[
 
 def test_plan_refuses_a_custom_named_replacement() -> None:
     """The rule the node-group names follow: a replacement that keeps a literal name cannot be applied."""
-    from trainctl.template_plan import AcknowledgedReplacement, plan_templates
+    from infra.spec import AcknowledgedReplacement
+    from trainctl.template_plan import plan_templates
 
     before = {
         "Gpu-p5": {

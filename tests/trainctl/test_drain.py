@@ -16,7 +16,8 @@ from trainctl.cli import main
 
 @pytest.fixture
 def cluster() -> Iterator[FakeCluster]:
-    server = FakeCluster().start()
+    server = FakeCluster()
+    server.start()
     try:
         yield server
     finally:
