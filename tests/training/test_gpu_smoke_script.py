@@ -21,6 +21,7 @@ from torch.distributed.run import get_args_parser as torchrun_parser
 
 from tests.conftest import ROOT
 from training import fabric_probe, nvrx_fsdp, ray_finetune
+from training.nvrx_config import Job
 
 SCRIPT = ROOT / "scripts/gpu_smoke.sh"
 REPORT = ROOT / "scripts/gpu_smoke_report.py"
@@ -57,7 +58,7 @@ def test_it_runs_five_commands_with_the_machines_python(commands: dict[str, list
     assert {argv[0] for argv in commands.values()} == {MACHINE_PYTHON}
 
 
-def ft_launch(argv: list[str]) -> tuple[object, nvrx_fsdp.Job]:
+def ft_launch(argv: list[str]) -> tuple[object, Job]:
     assert argv[1:3] == FT_LAUNCHER
     launcher = ft_launcher_parser().parse_args(argv[3:])
     assert (launcher.module, launcher.training_script, launcher.standalone) == (True, "training.nvrx_fsdp", True)
