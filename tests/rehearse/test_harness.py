@@ -270,8 +270,13 @@ def _killed_job(pod_failure_policy: dict[str, Any] | None) -> dict[str, Any]:
     )
 
 
+# The kill's clock starts once the first pod's container has written its marker on the claim: a kill at a fixed
+# time could land before the container started on a loaded machine (then no exit code, PodInitializing).
+STARTED = Kill(pod="victim", seconds=0.5, after=Path("claims/default/kill/started"))
+
+
 def test_kill_gives_disruption_target_which_an_ignore_rule_does_not_count(tmp_path: Path) -> None:
-    result = rehearse(tmp_path, _killed_job(FAIL_ON_42), kills=(Kill.parse("victim@1.5"),))
+    result = rehearse(tmp_path, _killed_job(FAIL_ON_42), kills=(STARTED,))
     victim = result.workload("victim")
     first, replacement = victim.pods
     assert first.conditions[0]["type"] == "DisruptionTarget"
@@ -281,7 +286,7 @@ def test_kill_gives_disruption_target_which_an_ignore_rule_does_not_count(tmp_pa
 
 
 def test_kill_without_a_disruption_rule_counts_as_a_failure(tmp_path: Path) -> None:
-    result = rehearse(tmp_path, _killed_job(None), kills=(Kill.parse("victim@1.5"),))
+    result = rehearse(tmp_path, _killed_job(None), kills=(STARTED,))
     victim = result.workload("victim")
     assert victim.state == "Failed"
     assert victim.message.startswith("BackoffLimitExceeded")
