@@ -63,6 +63,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from rehearse.cluster.matching import UnknownOperatorError, expression_matches, tolerates
+
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 ELASTIC_JOB_SCHEDULING_GATE = "kueue.x-k8s.io/elastic-job"
@@ -595,52 +597,23 @@ def workload_from_manifest(obj: Mapping[str, Any], config: KueueConfig) -> Workl
 # Flavor assignment (pkg/scheduler/flavorassigner)
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
-    """v1.Toleration.ToleratesTaint."""
-    effect = toleration.get("effect", "")
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key", "")
-    if key and key != taint.get("key"):
-        return False
-    operator = toleration.get("operator", "Equal")
-    if operator == "Exists":
-        return True
-    return bool(key) and toleration.get("value", "") == taint.get("value", "")
-
-
 def _taint_string(taint: Mapping[str, str]) -> str:
     value = taint.get("value", "")
     return f"{taint['key']}={value}:{taint['effect']}" if value else f"{taint['key']}:{taint['effect']}"
 
 
 def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, operator, values = expression["key"], expression["operator"], list(expression.get("values") or ())
-    present = key in labels
-    if operator == "In":
-        return present and labels[key] in values
-    if operator == "NotIn":
-        return not present or labels[key] not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if operator == "Gt" else have < want
-    raise KueueError(f"node affinity operator {operator!r}")
+    try:
+        return expression_matches(expression, labels)
+    except UnknownOperatorError as exc:
+        raise KueueError(f"node affinity operator {str(exc)!r}") from None
 
 
 def flavor_mismatch(pod_set: PodSet, flavor: ResourceFlavor) -> str | None:
     """checkFlavorForPodSets: why this flavor cannot take the PodSet, in Kueue's words, or None."""
     tolerations = (*pod_set.tolerations, *flavor.tolerations)
     for taint in flavor.node_taints:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(_tolerates(t, taint) for t in tolerations):
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(tolerates(t, taint) for t in tolerations):
             return f"untolerated taint {_taint_string(taint)} in flavor {flavor.name}"
     keys = set(flavor.node_labels)
     labels = flavor.node_labels

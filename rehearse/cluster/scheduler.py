@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from rehearse.cluster.matching import UnknownOperatorError, expression_matches, tolerates
+
 CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"
@@ -216,42 +218,11 @@ class Unschedulable:
 # -- matching helpers ---------------------------------------------------------------------------------
 
 
-def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """core/v1 helper Toleration.ToleratesTaint."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if key and key != taint.get("key"):
-        return False
-    if operator == "Exists":
-        return True
-    if operator == "Equal":
-        return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
-
-
 def _expression(labels: Mapping[str, str], expr: Mapping[str, Any]) -> bool:
-    key, op, values = expr["key"], expr["operator"], list(expr.get("values") or [])
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    raise UnsupportedPodError(f"node selector operator {op!r}")
+    try:
+        return expression_matches(expr, labels)
+    except UnknownOperatorError as exc:
+        raise UnsupportedPodError(f"node selector operator {str(exc)!r}") from None
 
 
 def node_selector_terms_match(terms: Sequence[Mapping[str, Any]], node: Node) -> bool:
