@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from training import fabric_gate
+from training import fabric_gate_config
 from training.faults import FaultSpec, check_fault, default_marker, parse_fault
 from training.journal import JOURNAL_FILE
 
@@ -164,7 +164,7 @@ class Job:
     metrics_file: Path | None = None
     pg_timeout_s: float | None = None
     log_every: int = 1
-    gate: fabric_gate.GateConfig = field(default_factory=fabric_gate.GateConfig)
+    gate: fabric_gate_config.GateConfig = field(default_factory=fabric_gate_config.GateConfig)
 
     def __post_init__(self) -> None:
         for flag, value in (
@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--fault-rank", type=int, default=None, help="rank that fails (default 0)")
     group.add_argument("--fault-marker", type=Path, default=None, help="fire-once marker (default: in --ckpt-dir)")
 
-    fabric_gate.add_gate_arguments(parser)
+    fabric_gate_config.add_gate_arguments(parser)
 
     group = parser.add_argument_group("output")
     group.add_argument("--metrics-file", type=Path, default=None, help="JSON metrics, written by rank 0 at the end")
@@ -303,7 +303,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         metrics_file=args.metrics_file.resolve() if args.metrics_file is not None else None,
         pg_timeout_s=args.pg_timeout,
         log_every=args.log_every,
-        gate=fabric_gate.gate_config(args),
+        gate=fabric_gate_config.gate_config(args),
     )
 
 

@@ -33,7 +33,7 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from training import emf, fabric_gate
+from training import emf, fabric_gate, fabric_gate_config
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.fsdp import load_model, shard_model
 from training.rehearsal import cpu_rehearsal
@@ -72,7 +72,7 @@ class TrainJob:
     seed: int
     data: str
     device: DevicePlan
-    gate: fabric_gate.GateConfig = field(default_factory=fabric_gate.GateConfig)
+    gate: fabric_gate_config.GateConfig = field(default_factory=fabric_gate_config.GateConfig)
 
 
 @dataclass(frozen=True)
@@ -299,10 +299,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--data", default="synthetic", help="'synthetic' or a local .txt/.jsonl file (default: %(default)s)")
     add("--storage-path", default=None, help="Ray Train storage for checkpoints (default: Ray's, ~/ray_results)")
     add("--output-json", type=Path, default=None, help="write the final metrics and checkpoint path here")
-    fabric_gate.add_gate_arguments(parser)
+    fabric_gate_config.add_gate_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        args.gate = fabric_gate.gate_config(args)
+        args.gate = fabric_gate_config.gate_config(args)
     except ValueError as exc:
         parser.error(str(exc))
     for name in ("num_workers", "steps", "batch_size", "seq_len"):

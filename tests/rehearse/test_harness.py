@@ -272,7 +272,7 @@ def _killed_job(pod_failure_policy: dict[str, Any] | None) -> dict[str, Any]:
 
 # The kill's clock starts once the first pod's container has written its marker on the claim: a kill at a fixed
 # time could land before the container started on a loaded machine (then no exit code, PodInitializing).
-STARTED = Kill(pod="victim", seconds=0.5, after=Path("claims/default/kill/started"))
+STARTED = Kill(pod="victim", seconds=0.5, after=Path(f"claims/{NS}/kill/started"))
 
 
 def test_kill_gives_disruption_target_which_an_ignore_rule_does_not_count(tmp_path: Path) -> None:
