@@ -632,7 +632,9 @@ def leave_together(store: Store, *, rank: int, world_size: int, timeout_s: float
     NVRx 0.4.1's termination barrier (inprocess/store.py reentrant_barrier) still reads the store after the last
     rank has arrived; when rank 0 returns first and its process exits, the store closes under ranks still reading
     and they fail with "Connection was likely closed", which ft_launcher then counts as a failed worker group (seen
-    in the CPU rehearsal under load). So rank 0 waits until every rank has left its Wrapper, up to `timeout_s`."""
+    in the CPU rehearsal under load). So rank 0 waits until every rank has left its Wrapper, up to `timeout_s`.
+    This covers rank 0's process exit only: the same failure was still seen after a pod loss, where the store goes
+    with rank 0's Wrapper shutdown itself (tests/rehearse/test_nvrx_faults.py, an xfail for issue 22)."""
     try:
         store.add(LEFT_KEY, 1)
         if rank != 0:
