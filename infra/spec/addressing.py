@@ -7,9 +7,9 @@ addresses at once. So a node can hold at most
     ENIs in use = ceil(max_pods / (ipv4_per_interface - 1)) + 1 warm ENI
     addresses   = min(ENIs in use, max_network_interfaces) * ipv4_per_interface
 
-where max_pods is what EKS's AL2023 bootstrap computes: ENIs * (IPs per ENI - 1) + 2,
-capped at 110 for up to 30 vCPUs and at 250 above. EFA-only interfaces take no address;
-a primary `efa` interface is one of the ENIs counted above, and each further `efa`
+where max_pods is what the kubelet is given (infra/spec/kubelet.py, its one home: nodeadm's
+default-card ENIs * (IPs per ENI - 1) + 2 under the managed node group's 110/250 cap).
+EFA-only interfaces take no address; a primary `efa` interface is one of the ENIs counted above, and each further `efa`
 interface (p4d's cards 1-3) takes one more.
 
 Per environment, the GPU zone carries every GPU node (EFA keeps them in one AZ) plus,
@@ -20,9 +20,10 @@ for at least 16 free), one per interface endpoint, and a few for the kubectl Lam
 Worked figures (from infra/spec/instances.py):
     m7i.xlarge   max_pods 58   -> 4 ENIs x 15 =  60 addresses per node
     g6.12xlarge  max_pods 234  -> 8 ENIs x 30 = 240 addresses per node
-    p5.48xlarge  max_pods 250  -> 7 ENIs x 50 = 350 addresses per node
-    prod GPU AZ: 9 x p5 (3,150) + 5 x g6 (1,200) + 5 x m7i (300) + overhead (34) = 4,684
-A /20 (4,096) is too small for prod; the /18 default (16,384) leaves room for 3x growth.
+    p5.48xlarge  max_pods 100  -> 4 ENIs x 50 = 200 addresses per node (an upper bound:
+                 the VPC CNI attaches ENIs on card 0 only, which holds 2; docs/deploy.md)
+    prod GPU AZ: 9 x p5 (1,800) + 5 x g6 (1,200) + 5 x m7i (300) + overhead (34) = 3,334
+A /21 (2,048) is too small for prod; the /18 default (16,384) leaves room for 4x growth.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from infra.spec import endpoints
 from infra.spec.efa import efa_layout
 from infra.spec.errors import ConfigError
 from infra.spec.instances import InstanceType
+from infra.spec.kubelet import managed_node_group_max_pods
 
 if TYPE_CHECKING:
     from infra.spec.environments import Environment, NetworkConfig
@@ -47,8 +49,7 @@ ROLLING_UPDATE_SURGE = 1
 
 
 def max_pods(spec: InstanceType) -> int:
-    by_eni = spec.max_network_interfaces * (spec.ipv4_per_interface - 1) + 2
-    return min(by_eni, 110 if spec.vcpus <= 30 else 250)
+    return managed_node_group_max_pods(spec)
 
 
 def addresses_per_node(spec: InstanceType) -> int:

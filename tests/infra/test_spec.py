@@ -203,26 +203,35 @@ def test_pod_security_warn_must_not_be_laxer_than_enforce() -> None:
 def test_max_pods_follows_the_eks_eni_formula() -> None:
     m7i = INSTANCE_TYPES["m7i.xlarge"]
     assert max_pods(m7i) == 4 * (15 - 1) + 2 == 58  # EKS's published value for m7i.xlarge
-    assert max_pods(INSTANCE_TYPES["p5.48xlarge"]) == 250  # capped above 30 vCPUs
+    # nodeadm counts the default network card's ENIs only: a p5's card 0 has 2 (2 x 49 + 2).
+    assert max_pods(INSTANCE_TYPES["p5.48xlarge"]) == 100
+
+
+def test_subnet_sizing_and_the_kubelet_use_one_max_pods() -> None:
+    from infra.spec.kubelet import node_allocatable
+
+    for spec in INSTANCE_TYPES.values():
+        assert max_pods(spec) == node_allocatable(spec).max_pods, spec.name
 
 
 def test_addresses_per_node() -> None:
     assert addresses_per_node(INSTANCE_TYPES["m7i.xlarge"]) == 60
     assert addresses_per_node(INSTANCE_TYPES["g6.12xlarge"]) == 240
-    assert addresses_per_node(INSTANCE_TYPES["p5.48xlarge"]) == 350
+    # An upper bound (docs/deploy.md): ceil(100 / 49) + 1 warm = 4 ENIs x 50.
+    assert addresses_per_node(INSTANCE_TYPES["p5.48xlarge"]) == 200
 
 
 def test_prod_gpu_zone_budget_matches_the_documented_figure() -> None:
-    assert gpu_zone_demand(PROD) == 4684
+    assert gpu_zone_demand(PROD) == 3334
     assert 2 ** (32 - PROD.network.private_subnet_prefix) >= 3 * gpu_zone_demand(PROD)
 
 
 def test_subnet_too_small_for_the_nodes_is_refused() -> None:
-    small = dataclasses.replace(PROD.network, private_subnet_prefix=20)
+    small = dataclasses.replace(PROD.network, private_subnet_prefix=21)
     with pytest.raises(ConfigError) as err:
         dataclasses.replace(PROD, network=small)
-    assert "network.private_subnet_prefix=20" in str(err.value)
-    assert "at least 4684 addresses" in str(err.value)
+    assert "network.private_subnet_prefix=21" in str(err.value)
+    assert "at least 3334 addresses" in str(err.value)
 
 
 def test_log_retention_table_matches_cdk_enum() -> None:
