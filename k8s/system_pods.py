@@ -3,7 +3,7 @@ that they always get a node (infra/spec/system_room.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infra.spec import Environment
@@ -41,7 +41,7 @@ def _requests(container: Mapping[str, Any]) -> tuple[int, int]:
     return _millis(str(values.get("cpu", "0"))), _mib(str(values.get("memory", "0")))
 
 
-def _pod(name: str, spec: Mapping[str, Any], claim: str | None, extra: list[Mapping[str, Any]]) -> SystemPod:
+def _pod(name: str, spec: Mapping[str, Any], claim: str | None, extra: Sequence[Mapping[str, Any]]) -> SystemPod:
     cpu = memory = 0
     for container in [*spec.get("containers", []), *extra]:
         c, m = _requests(container)
@@ -73,7 +73,7 @@ def ray_system_pods(environment: Environment, kind: str, name: str, spec: Mappin
     return pods
 
 
-def check_ray_system_pods(environment: Environment, workloads: list[tuple[str, str, Mapping[str, Any]]]) -> None:
+def check_ray_system_pods(environment: Environment, workloads: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
     """Every (kind, name, spec) of the environment's Ray workloads at once: they may all run at the same time."""
     pods = [pod for kind, name, spec in workloads for pod in ray_system_pods(environment, kind, name, spec)]
     check_system_pods_fit(environment, pods)

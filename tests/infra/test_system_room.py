@@ -11,7 +11,7 @@ from infra.spec import ENVIRONMENTS, ConfigError, Scaling, SystemNodeGroupConfig
 from infra.spec.system_room import Room, SystemPod, check_system_pods_fit, system_node_room, system_node_zones
 
 # The requests the charts give (k8s/ray_spec.py head_resources on m7i.xlarge, the submitter, the autoscaler sidecar).
-HEAD = {"cpu_millis": 2000, "memory_mib": 8192}
+HEAD_CPU, HEAD_MEMORY = 2000, 8192
 SUBMITTER = SystemPod(name="RayJob qwen-finetune submitter", cpu_millis=200, memory_mib=512)
 
 
@@ -28,7 +28,7 @@ def test_the_heads_as_issue_22_found_them_are_refused_naming_the_pod_the_zone_an
     """Both heads on the claim pinned to the GPU zone, whose one system node holds one head at most."""
     pods = [
         SystemPod(name="RayCluster training head", cpu_millis=2500, memory_mib=8704, zone_pinned=True),
-        SystemPod(name="RayJob qwen-finetune head", zone_pinned=True, **HEAD),
+        SystemPod(name="RayJob qwen-finetune head", cpu_millis=HEAD_CPU, memory_mib=HEAD_MEMORY, zone_pinned=True),
         SUBMITTER,
     ]
     with pytest.raises(ConfigError) as error:
@@ -40,16 +40,19 @@ def test_the_heads_as_issue_22_found_them_are_refused_naming_the_pod_the_zone_an
     assert "each with 2475m and 13604Mi after the add-on pods, and does not fit there even alone" in message
     assert "Fix: raise system_nodes.scaling.min_size or pick a larger system_nodes.instance_type" in message
     # Without the sidecar the RayCluster head fits alone; the RayJob head then finds the node taken.
-    pods[0] = SystemPod(name="RayCluster training head", zone_pinned=True, **HEAD)
+    pods[0] = SystemPod(name="RayCluster training head", cpu_millis=HEAD_CPU, memory_mib=HEAD_MEMORY, zone_pinned=True)
     with pytest.raises(ConfigError, match=r"node 0 \(us-west-2a\) holds RayJob qwen-finetune head"):
         check_system_pods_fit(ENVIRONMENTS["dev"], pods)
 
 
 def test_heads_without_the_claim_fit_one_per_node_and_a_third_head_is_refused_until_a_node_is_added() -> None:
     dev = ENVIRONMENTS["dev"]
-    heads = [SystemPod(name="RayCluster training head", **HEAD), SystemPod(name="RayJob qwen-finetune head", **HEAD)]
+    heads = [
+        SystemPod(name="RayCluster training head", cpu_millis=HEAD_CPU, memory_mib=HEAD_MEMORY),
+        SystemPod(name="RayJob qwen-finetune head", cpu_millis=HEAD_CPU, memory_mib=HEAD_MEMORY),
+    ]
     check_system_pods_fit(dev, [*heads, SUBMITTER])
-    third = SystemPod(name="RayJob other head", **HEAD)
+    third = SystemPod(name="RayJob other head", cpu_millis=HEAD_CPU, memory_mib=HEAD_MEMORY)
     with pytest.raises(ConfigError) as error:
         check_system_pods_fit(dev, [*heads, third])
     assert (
@@ -69,6 +72,9 @@ def test_min_size_counts_not_desired_size() -> None:
     one = dataclasses.replace(
         dev, system_nodes=SystemNodeGroupConfig(scaling=Scaling(min_size=1, desired_size=2, max_size=3))
     )
-    heads = [SystemPod(name="RayCluster training head", **HEAD), SystemPod(name="RayJob qwen-finetune head", **HEAD)]
+    heads = [
+        SystemPod(name="RayCluster training head", cpu_millis=HEAD_CPU, memory_mib=HEAD_MEMORY),
+        SystemPod(name="RayJob qwen-finetune head", cpu_millis=HEAD_CPU, memory_mib=HEAD_MEMORY),
+    ]
     with pytest.raises(ConfigError, match=r"dev.system_nodes='1 x m7i.xlarge' is invalid"):
         check_system_pods_fit(one, heads)
