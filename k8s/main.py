@@ -24,6 +24,7 @@ from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
 from k8s.images import LOCK_PATH, ImageLock, UnpinnedImagesError
 from k8s.nvrx_spec import NvrxFsdpJob
 from k8s.ray_spec import RAY_IMAGE
+from k8s.system_pods import check_ray_system_pods
 from k8s.workloads import RayFinetuneJob
 
 WORKLOAD_IMAGES = [RAY_IMAGE, NVRX_IMAGE]
@@ -38,8 +39,11 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
     lock.require_pinned(WORKLOAD_IMAGES)
     # The identity of the gated workloads' fabric gate (the NVRx job in training, the RayJob's workers in ray).
     FabricGateChart(app, "fabric-gate", namespaces=(RAY.name, TRAINING.name))
-    RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
-    RayJobChart(app, "ray-finetune", environment=environment, lock=lock, job=RayFinetuneJob())
+    cluster = RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
+    finetune = RayJobChart(app, "ray-finetune", environment=environment, lock=lock, job=RayFinetuneJob())
+    # Both may run at once: their heads (and the submitter) must each get a system node (issue 22 #1).
+    workloads = [("RayCluster", cluster.workload_name, cluster.spec), ("RayJob", finetune.workload_name, finetune.spec)]
+    check_ray_system_pods(environment, workloads)
     # One file each: the check and the A/B job both take every node of a two-node group.
     FabricJobsChart(app, "fabric-check", environment=environment, lock=lock, kind=FabricJob.CHECK)
     FabricJobsChart(app, "fabric-ab", environment=environment, lock=lock, kind=FabricJob.AB)

@@ -79,7 +79,7 @@ def worker_resources(instance: InstanceType) -> Resources:
 
 
 # Restricted-style hardening: no privilege escalation, no Linux capabilities (EFA containers add IPC_LOCK alone),
-# the runtime's seccomp profile, no Kubernetes API token (only an autoscaling head needs one, see head_group).
+# the runtime's seccomp profile, no Kubernetes API token (no Ray pod talks to the API server).
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -167,18 +167,26 @@ PRECONDITIONS_CONTAINER = "preconditions"
 _WORKER_IPC_LOCK_ACK = "CKV_K8S_25=IPC_LOCK only: EFA memory registration pins buffers"
 
 
-def head_group(environment: Environment, lock: ImageLock, *, autoscaling: bool = False) -> dict[str, Any]:
+# What a job's driver asks of Ray (RayJob entrypointNumCpus, `ray job submit --entrypoint-num-cpus`): any resource
+# asked for lets Ray's job manager place the driver off the head (ray/dashboard/modules/job/job_manager.py
+# _get_label_selector); one CPU of a worker's 40 or more.
+DRIVER_NUM_CPUS = 1
+# The head advertises no CPUs to Ray, so nothing that asks for one (a job's driver with entrypoint_num_cpus, Ray Train's
+# workers, tasks) is scheduled on it; it runs GCS, the dashboard and the job API only.
+HEAD_START_PARAMS: Mapping[str, str] = MappingProxyType({"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"})
+
+
+def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
+    """The head on any system node, without the checkpoint claim. Ray Train 2.58 writes its storage marker from the
+    controller, which it attaches to the node of the job's driver (ray/train/v2/api/data_parallel_trainer.py
+    _initialize_and_run_controller: label_selector on the driver's node id), and Ray's job manager pins a driver to
+    the head only when the job asks for no resources (ray/dashboard/modules/job/job_manager.py _get_label_selector):
+    the RayJob's entrypointNumCpus (and `trainctl submit`'s --entrypoint-num-cpus) with this head's num-cpus 0 put
+    driver and controller on a worker, which mounts the claim (worker_group). Without the claim the head is not
+    pinned to the file system's zone, where one system node could not hold both clusters' heads (issue 22 #1)."""
     instance = environment.system_nodes.instance
     requests, limits = head_resources(instance)
     code, code_mount = code_volume()
-    mounts: list[dict[str, Any]] = [{"name": "ray-logs", "mountPath": "/tmp/ray"}, code_mount]
-    volumes: list[dict[str, Any]] = [{"name": "ray-logs", "emptyDir": {}}, code]
-    if environment.add_ons.checkpoint_storage is not None:
-        # Ray Train's controller runs here and writes under storage_path beside the workers (REFERENCE: Ray 2.58
-        # checks that a marker the head wrote is visible to rank 0's worker). The volume's zone affinity puts the
-        # head on a system node in the GPU zone.
-        volumes.append(checkpoint_claim(environment, workload="the Ray head", pods=1))
-        mounts.append(checkpoint_mount())
     spec = hardened_pod(
         {
             "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
@@ -201,35 +209,31 @@ def head_group(environment: Environment, lock: ImageLock, *, autoscaling: bool =
                         "limits": {"cpu": limits.cpu, "memory": limits.memory},
                     },
                     "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
-                    "volumeMounts": mounts,
+                    "volumeMounts": [{"name": "ray-logs", "mountPath": "/tmp/ray"}, code_mount],
                 }
             ],
-            "volumes": volumes,
+            "volumes": [{"name": "ray-logs", "emptyDir": {}}, code],
         }
     )
-    metadata: dict[str, Any] = {"labels": {"app.kubernetes.io/component": "ray-head"}}
-    if autoscaling:
-        # KubeRay v1.7.0 adds the autoscaler as a sidecar of the head pod and sets the pod's ServiceAccount to one
-        # it creates with a Role to read pods and patch the RayCluster (ray-operator/controllers/ray/common/pod.go,
-        # DefaultHeadPodTemplate): the sidecar needs the token.
-        spec["automountServiceAccountToken"] = True
-        metadata["annotations"] = {
-            "checkov.io/skip1": "CKV_K8S_38=the KubeRay autoscaler sidecar scales the RayCluster through the API"
-        }
     return {
         "serviceType": "ClusterIP",
-        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
-        "template": {"metadata": metadata, "spec": spec},
+        "rayStartParams": dict(HEAD_START_PARAMS),
+        "template": {"metadata": {"labels": {"app.kubernetes.io/component": "ray-head"}}, "spec": spec},
     }
 
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerCount:
-    """A worker group's replicas: fixed (a RayJob's own cluster) or from zero under the autoscaler."""
+    """A worker group's replicas and the bounds KubeRay clamps them to (utils/util.go GetWorkerGroupDesiredReplicas),
+    while Kueue counts `replicas` as written (raycluster/common.go effectiveWorkerCount)."""
 
     replicas: int
     min_replicas: int
     max_replicas: int
+
+    @classmethod
+    def fixed(cls, workers: int) -> WorkerCount:
+        return cls(replicas=workers, min_replicas=workers, max_replicas=workers)
 
 
 def worker_group(
@@ -334,58 +338,30 @@ def gpu_group(environment: Environment, name: str | None) -> GpuNodeGroupConfig:
     return groups[name]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Autoscaling:
-    """KubeRay's in-tree autoscaler for a long-lived RayCluster: workers from zero when a Ray job asks for GPUs,
-    and back to zero when idle, so the cluster holds no GPU node between jobs."""
-
-    # A whole GPU node idle this long is released; long enough that back-to-back jobs of one user reuse it.
-    idle_timeout_s: int = 300
-
-    def __post_init__(self) -> None:
-        if not 30 <= self.idle_timeout_s <= 3600:
-            raise WorkloadError(f"ray_cluster.autoscaling.idle_timeout_s={self.idle_timeout_s} must be 30 to 3600")
-
-    def options(self) -> dict[str, Any]:
-        """autoscalerOptions (KubeRay v1.7.0 CRD): the sidecar hardened like the Ray containers, sized explicitly."""
-        return {
-            "upscalingMode": "Default",
-            "idleTimeoutSeconds": self.idle_timeout_s,
-            "resources": {
-                "requests": {"cpu": "500m", "memory": "512Mi"},
-                "limits": {"cpu": "500m", "memory": "512Mi"},
-            },
-            "securityContext": dict(CONTAINER_SECURITY),
-        }
-
-
 def ray_cluster_spec(
     environment: Environment,
     lock: ImageLock,
     *,
     group: GpuNodeGroupConfig,
     job_name: str,
+    count: WorkerCount,
     profile: FabricProfile = FabricProfile.EFA,
-    autoscaling: Autoscaling | None = None,
     gated: bool = False,
 ) -> dict[str, Any]:
-    """A Ray cluster over one GPU node group: one GPU type per Ray job (a job never mixes H100 and L4 workers).
-    Without autoscaling, a fixed `workload_nodes` workers (a RayJob's own cluster); with it, zero to max_size."""
-    if autoscaling is None:
-        count = WorkerCount(
-            replicas=group.workload_nodes, min_replicas=group.workload_nodes, max_replicas=group.workload_nodes
+    """A Ray cluster over one GPU node group (one GPU type per Ray job: a job never mixes H100 and L4 workers) with
+    `count` workers and no autoscaler: Kueue v0.19.2 admits an autoscaling RayCluster only as an elastic job, whose
+    scale-up slices skip the gang guard (k8s/charts/ray.py RayClusterChart)."""
+    if not 0 <= count.replicas <= group.scaling.max_size:
+        raise WorkloadError(
+            f"{job_name}: {count.replicas} workers on GPU group {group.name!r}, which has at most "
+            f"{group.scaling.max_size} nodes (scaling.max_size); ask for 0 to {group.scaling.max_size}"
         )
-    else:
-        count = WorkerCount(replicas=0, min_replicas=0, max_replicas=group.scaling.max_size)
-    spec: dict[str, Any] = {
+    return {
         "rayVersion": RAY_VERSION,
-        "enableInTreeAutoscaling": autoscaling is not None,
-        "headGroupSpec": head_group(environment, lock, autoscaling=autoscaling is not None),
+        "enableInTreeAutoscaling": False,
+        "headGroupSpec": head_group(environment, lock),
         "workerGroupSpecs": [worker_group(environment, group, lock, profile, count, job_name=job_name, gated=gated)],
     }
-    if autoscaling is not None:
-        spec["autoscalerOptions"] = autoscaling.options()
-    return spec
 
 
 NAMESPACE = RAY.name

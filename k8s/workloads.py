@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from k8s.ray_spec import Autoscaling, WorkloadError
+from k8s.ray_spec import WorkloadError
 
 _PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 
@@ -19,14 +19,21 @@ def require_pinned_packages(field: str, requirements: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class RayClusterConfig:
-    """The long-lived RayCluster (k8s/charts/ray.py): one GPU node group's workers, from zero by the autoscaler."""
+    """The long-lived RayCluster (k8s/charts/ray.py): a head and `workers` whole-node workers of one GPU node group, a
+    fixed count (no autoscaler: k8s/charts/ray.py RayClusterChart says why)."""
 
     # `trainctl submit` finds the head of the RayCluster of this name (trainctl/eks_auth.py RAY_CLUSTER).
     name: str = "training"
     # The GPU node group whose workers it starts; None: the environment's first. One group per cluster: a Ray job
     # on it runs on one GPU type.
     gpu_group: str | None = None
-    autoscaling: Autoscaling = field(default_factory=Autoscaling)
+    # 0: the head alone, holding no GPU quota; every GPU group deploys at 0 nodes. Give it workers once the group's
+    # nodes exist (docs/workloads.md): Kueue then admits head and workers again as one gang, through waitForPodsReady.
+    workers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise WorkloadError(f"ray_cluster.workers={self.workers} must be 0 or more")
 
 
 @dataclass(frozen=True, kw_only=True)

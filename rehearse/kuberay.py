@@ -20,8 +20,8 @@ Mirrored from ray-project/kuberay at tag v1.7.0 (read there, cited per fact):
   rayjob_controller.go (configureSubmitterContainer): the submitter is a Job named after the RayJob
   whose container runs `/bin/bash -ce --` with: wait for the dashboard's `api/gcs_healthz`, then
   `ray job submit --address http://<head-svc FQDN>:8265 --no-wait --runtime-env-json ... --submission-id
-  <id> -- <entrypoint>` unless `ray job status` knows the id, then `ray job logs --follow`; env
-  RAY_DASHBOARD_ADDRESS, RAY_JOB_SUBMISSION_ID, PYTHONUNBUFFERED=1. The RayJob's jobStatus is the Ray
+  <id> [--entrypoint-num-cpus N] -- <entrypoint>` unless `ray job status` knows the id, then `ray job logs
+  --follow`; env RAY_DASHBOARD_ADDRESS, RAY_JOB_SUBMISSION_ID, PYTHONUNBUFFERED=1. The RayJob's jobStatus is the Ray
   job's status read from the dashboard; jobDeploymentStatus Complete, or Failed when the Ray job
   FAILED (reason AppFailed) or the deadline passed; shutdownAfterJobFinishes deletes the cluster.
 
@@ -454,7 +454,10 @@ class RayJobController:
             submit += ["--runtime-env-json", shlex.quote(json.dumps(yaml.safe_load(runtime_env)))]
         if self.spec.get("metadata"):
             submit += ["--metadata-json", shlex.quote(json.dumps(self.spec["metadata"]))]
-        submit += ["--submission-id", self.job_id, "--", self.spec["entrypoint"].strip()]
+        submit += ["--submission-id", self.job_id]
+        if float(self.spec.get("entrypointNumCpus", 0)) > 0:
+            submit += ["--entrypoint-num-cpus", f"{float(self.spec['entrypointNumCpus']):f}"]  # Go's %f
+        submit += ["--", self.spec["entrypoint"].strip()]
         return " ".join(
             [
                 f"until {health} >/dev/null 2>&1 ; do echo "

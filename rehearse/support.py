@@ -247,6 +247,7 @@ RAY_CLUSTER_SPEC: dict[str, Support] = {
 
 RAY_JOB: dict[str, Support] = {
     "spec.entrypoint": honoured(f"{KUBERAY_JOB} BuildJobSubmitCommand"),
+    "spec.entrypointNumCpus": honoured(f"{KUBERAY_JOB} BuildJobSubmitCommand: --entrypoint-num-cpus when above 0"),
     "spec.runtimeEnvYAML": honoured(f"{KUBERAY_JOB}: --runtime-env-json (pip pins checked against this machine)"),
     "spec.metadata": honoured(f"{KUBERAY_JOB}: --metadata-json"),
     "spec.shutdownAfterJobFinishes": honoured(KUBERAY_JOB),

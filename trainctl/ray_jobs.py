@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from k8s.ray_spec import DRIVER_NUM_CPUS
 from trainctl.kube import KubeError, Pod, exec_in_pod
 
 DASHBOARD = "http://localhost:8265"
@@ -134,7 +135,9 @@ def submit_command(
     runtime_env: dict[str, Any] | None = None,
     no_wait: bool = False,
 ) -> list[str]:
+    # The driver on a worker, which mounts the checkpoint claim, not on the head (k8s/ray_spec.py head_group).
     argv = ["ray", "job", "submit", "--address", DASHBOARD, "--submission-id", submission_id]
+    argv += ["--entrypoint-num-cpus", str(DRIVER_NUM_CPUS)]
     if working_dir is not None:
         argv += ["--working-dir", working_dir]
     if runtime_env is not None:

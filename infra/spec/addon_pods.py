@@ -18,8 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from infra.spec.kueue import KueueProps
+
+if TYPE_CHECKING:
+    from infra.spec.environments import AddOnsConfig
 
 
 class Where(Enum):
@@ -41,6 +45,13 @@ class AddOnPod:
     replicas: int = 1
     enabled_by: str | None = None
     instance_types: tuple[str, ...] = ()
+
+    def enabled_in(self, add_ons: AddOnsConfig) -> bool:
+        """Whether an environment with these add-ons runs this pod."""
+        if self.enabled_by is None:
+            return True
+        value = getattr(add_ons, self.enabled_by)
+        return value is not None and value is not False
 
 
 # KubeRay operator requests: infra/ sets them (infra/addons/kuberay_operator.py reads these); the Kueue

@@ -1,6 +1,5 @@
-"""Ray Train workload charts: the training code as a ConfigMap, one long-lived autoscaling RayCluster
-per GPU node group (workers from zero, one GPU type per cluster), and a RayJob for the fine-tune
-that brings its own cluster."""
+"""Ray Train workload charts: the training code as a ConfigMap, one long-lived RayCluster on one GPU node
+group (a fixed worker count, 0 by default), and a RayJob for the fine-tune that brings its own cluster."""
 
 from __future__ import annotations
 
@@ -15,12 +14,14 @@ from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 from k8s.fabric_env import FabricProfile
 from k8s.fabric_gate_spec import gate_flags
 from k8s.images import ImageLock
-from k8s.queueing import ELASTIC_JOB_ANNOTATION, queue_labels
+from k8s.queueing import queue_labels
 from k8s.ray_spec import (
     CHECKPOINT_MOUNT,
     CODE_CONFIGMAPS,
+    DRIVER_NUM_CPUS,
     NAMESPACE,
     RAY_IMAGE,
+    WorkerCount,
     WorkloadError,
     checkpoint_claim,
     code_configmap,
@@ -30,9 +31,10 @@ from k8s.ray_spec import (
 )
 from k8s.workloads import RayClusterConfig, RayFinetuneJob
 
-# Ray Train's RunConfig(storage_path): on the checkpoint claim the head and every worker mount (Ray 2.58 refuses
-# a local path the workers cannot see). An FSx claim rather than s3:// through pyarrow: S3 would need the image's
-# AWS SDK for C++ (inside pyarrow) to take EKS Pod Identity credentials, which nobody here could verify.
+# Ray Train's RunConfig(storage_path): on the checkpoint claim every worker mounts, where the job's driver and Ray
+# Train's controller run too (Ray 2.58 refuses a path the controller's marker is not visible on; k8s/ray_spec.py
+# head_group). An FSx claim rather than s3:// through pyarrow: S3 would need the image's AWS SDK for C++ (inside
+# pyarrow) to take EKS Pod Identity credentials, which nobody here could verify.
 RAY_STORAGE_PATH = f"{CHECKPOINT_MOUNT}/ray-results"
 
 TRAINING_PACKAGE = Path(__file__).resolve().parent.parent.parent / "training"
@@ -87,10 +89,22 @@ class TrainingCodeChart(cdk8s.Chart):
 
 
 class RayClusterChart(cdk8s.Chart):
-    """The long-lived RayCluster for interactive work and `trainctl submit`: one GPU node group's workers
-    (one GPU type per Ray job; a job never mixes H100 and L4 workers), started from zero by KubeRay's
-    autoscaler while a job asks for GPUs, so an idle cluster holds none of the whole-node capacity a
-    Job or RayJob is waiting for."""
+    """The long-lived RayCluster for interactive work and `trainctl submit`: one GPU node group's workers (one GPU
+    type per Ray job; a job never mixes H100 and L4 workers), a fixed count, by default none.
+
+    No autoscaler (issue 22 #3). Kueue v0.19.2 lets a RayCluster autoscale only as an elastic job ("Should not use
+    auto scaler. Once the resources are reserved by queue the cluster should do its best to use them",
+    pkg/controller/jobs/raycluster/raycluster_webhook.go validateCreate), and its PodsReady is `status.state ==
+    Ready` (raycluster_controller.go PodsReady), which KubeRay v1.7.0 sets once every pod runs and takes back only on
+    suspension (ray-operator/controllers/ray/raycluster_controller.go calculateStatus). Each autoscaler scale-up
+    is a new Workload slice whose PodsReady the reconciler derives from that state
+    (pkg/controller/jobframework/reconciler.go generatePodsReadyCondition): true at once, so Pending workers on a
+    group without nodes skip waitForPodsReady and hold the group's quota for as long as the cluster lives (a
+    RayCluster never finishes for Kueue). With a fixed count, changing `replicas` makes the Workload no longer match
+    the cluster: Kueue suspends it and admits head and workers anew as one gang (reconciler.go ensureOneWorkload,
+    "job with no matching workload, suspending"), KubeRay's state goes Suspended and back to Ready only when every
+    pod runs, so waitForPodsReady evicts a cluster whose workers find no nodes. The default 0 holds no GPU quota at
+    all: the cluster never keeps the nodes a RayJob or the NVRx job waits for."""
 
     def __init__(
         self,
@@ -104,9 +118,10 @@ class RayClusterChart(cdk8s.Chart):
         super().__init__(scope, construct_id, namespace=NAMESPACE, disable_resource_name_hashes=True)
         cluster = cluster or RayClusterConfig()
         group = gpu_group(environment, cluster.gpu_group)
-        self.spec = ray_cluster_spec(
-            environment, lock, group=group, job_name=cluster.name, autoscaling=cluster.autoscaling
-        )
+        # minReplicas 0 and maxReplicas max_size: `kubectl patch` of `replicas` alone resizes it (docs/workloads.md).
+        count = WorkerCount(replicas=cluster.workers, min_replicas=0, max_replicas=group.scaling.max_size)
+        self.workload_name = cluster.name
+        self.spec = ray_cluster_spec(environment, lock, group=group, job_name=cluster.name, count=count)
         cdk8s.ApiObject(
             self,
             "cluster",
@@ -119,8 +134,6 @@ class RayClusterChart(cdk8s.Chart):
                     "platform/gpu-group": group.name,
                     **queue_labels(environment, group.name),
                 },
-                # Its workers scale from zero by the autoscaler: Kueue admits each scale-up as a slice.
-                annotations={ELASTIC_JOB_ANNOTATION: "true"},
             ),
         ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
 
@@ -160,8 +173,9 @@ class RayJobChart(cdk8s.Chart):
         gpu = group.instance.gpu
         assert gpu is not None
         self.workers = group.workload_nodes * gpu.count
-        # Refuses an environment without the shared claim (head and workers must see one storage path).
-        checkpoint_claim(environment, workload=f"RayJob {job.name}", pods=group.workload_nodes + 1)
+        # Refuses an environment without the shared claim (the workers, driver and controller among them, must see one
+        # storage path).
+        checkpoint_claim(environment, workload=f"RayJob {job.name}", pods=group.workload_nodes)
         # The gate proves the fabric between nodes: a one-node cluster has none to prove.
         gated = job.fabric_gate and group.workload_nodes >= 2
         gate = None
@@ -173,10 +187,21 @@ class RayJobChart(cdk8s.Chart):
                 run_seconds=job.active_deadline_seconds,
             )
             gate = [*flags, f"--fabric-gate-run-id={job.name}"]
-        cluster = ray_cluster_spec(environment, lock, group=group, job_name=job.name, profile=profile, gated=gated)
+        cluster = ray_cluster_spec(
+            environment,
+            lock,
+            group=group,
+            job_name=job.name,
+            count=WorkerCount.fixed(group.workload_nodes),
+            profile=profile,
+            gated=gated,
+        )
         runtime_env = {"pip": list(job.pip), "env_vars": {"HF_HUB_ENABLE_HF_TRANSFER": "0"}}
+        self.workload_name = job.name
         self.spec = {
             "entrypoint": finetune_entrypoint(job, self.workers, gate),
+            # The driver (and Ray Train's controller beside it) on a worker, where the claim is (head_group).
+            "entrypointNumCpus": DRIVER_NUM_CPUS,
             "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=True),
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,

@@ -77,10 +77,7 @@ class ClusterNode(Node):
 
 
 def _enabled(pod: AddOnPod, env: Environment) -> bool:
-    if pod.enabled_by is None:
-        return True
-    value = getattr(env.add_ons, pod.enabled_by)
-    return value is not None and value is not False
+    return pod.enabled_in(env.add_ons)
 
 
 def _selects(pod: AddOnPod, node: ClusterNode) -> bool:

@@ -82,6 +82,17 @@ def dist_objects(dist: Path, env_name: str) -> dict[str, dict[str, Any]]:
     return found
 
 
+def elastic_cluster(dist: Path) -> dict[str, Any]:
+    """dev's RayCluster as an autoscaling elastic job (as the project wrote it before issue 22 #3): the emulator's
+    workload slices are exercised on it."""
+    cluster = copy.deepcopy(dist_objects(dist, "dev")["training"])
+    cluster["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/elastic-job"] = "true"
+    cluster["spec"]["enableInTreeAutoscaling"] = True
+    sidecar = {"cpu": "500m", "memory": "512Mi"}
+    cluster["spec"]["autoscalerOptions"] = {"resources": {"requests": dict(sidecar), "limits": dict(sidecar)}}
+    return cluster
+
+
 def kinds(events: list[Event]) -> list[tuple[float, str, str]]:
     return [(e.time / MIN, e.job.split("/")[-1], e.kind) for e in events if e.kind != "Pending"]
 
@@ -225,15 +236,20 @@ def test_rayjob_submitter_and_raycluster_autoscaler_are_counted(dist: Path) -> N
         "cpu": quantity_value("cpu", submitter["requests"]["cpu"]),
         "memory": quantity_value("memory", submitter["requests"]["memory"]),
     }
-    cluster = workload_from_manifest(objects["training"], config)
+    head = objects["training"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    fixed = workload_from_manifest(objects["training"], config)
+    assert fixed is not None
+    assert not fixed.elastic
+    assert fixed.pod_sets[0].requests == {r: quantity_value(r, head[r]) for r in ("cpu", "memory")}
+    assert [(p.name, p.count) for p in fixed.pod_sets] == [("head", 1), ("g6", 0)]
+    elastic = elastic_cluster(dist)
+    cluster = workload_from_manifest(elastic, config)
     assert cluster is not None
     assert cluster.elastic
-    head = objects["training"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
-    autoscaler = objects["training"]["spec"]["autoscalerOptions"]["resources"]["requests"]
+    autoscaler = elastic["spec"]["autoscalerOptions"]["resources"]["requests"]
     assert cluster.pod_sets[0].requests == {
         r: quantity_value(r, head[r]) + quantity_value(r, autoscaler[r]) for r in ("cpu", "memory")
     }
-    assert [(p.name, p.count) for p in cluster.pod_sets] == [("head", 1), ("g6", 0)]
 
 
 def test_default_submitter_and_sidecar_mode_use_kuberays_defaults(dist: Path) -> None:
@@ -251,7 +267,7 @@ def test_default_submitter_and_sidecar_mode_use_kuberays_defaults(dist: Path) ->
 
 
 def test_autoscaling_raycluster_that_is_not_elastic_is_rejected(dist: Path) -> None:
-    cluster = copy.deepcopy(dist_objects(dist, "dev")["training"])
+    cluster = elastic_cluster(dist)
     del cluster["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"]
     with pytest.raises(
         RejectedError,
@@ -512,7 +528,7 @@ def test_rayjob_finished_releases_its_quota_at_once(dist: Path) -> None:
 
 def test_elastic_raycluster_scales_in_slices(dist: Path) -> None:
     kueue = platform_kueue("dev")
-    cluster = dist_objects(dist, "dev")["training"]
+    cluster = elastic_cluster(dist)
     job = key(cluster)
     kueue.submit(cluster, 0)
     assert kueue.admitted_counts(job) == {"head": 1, "g6": 0}
@@ -545,7 +561,7 @@ def test_ray_pods_ready_is_the_state_kuberay_sets_once(dist: Path) -> None:
     """A scale-up slice of a RayCluster whose state is ready is PodsReady at once: its new workers
     never go through waitForPodsReady and hold no admission block."""
     kueue = platform_kueue("dev")
-    cluster = dist_objects(dist, "dev")["training"]
+    cluster = elastic_cluster(dist)
     job = key(cluster)
     kueue.submit(cluster, 0)
     kueue.pods_ready(job, ray_cluster_pods_ready("ready"), MIN)
@@ -592,7 +608,6 @@ def test_one_workload_on_an_unscaled_group_does_not_freeze_the_other_queues(dist
     )
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 #3: elastic RayCluster slices skip waitForPodsReady")
 def test_autoscaled_ray_workers_go_through_the_gang_guard(dist: Path) -> None:
     """dev as deployed (g6 at 0 nodes): workers the autoscaler adds stay Pending; Kueue must not
     count them ready."""
@@ -609,7 +624,6 @@ def test_autoscaled_ray_workers_go_through_the_gang_guard(dist: Path) -> None:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 #3: Pending elastic workers keep the group's quota")
 def test_pending_ray_workers_do_not_keep_the_groups_quota(dist: Path) -> None:
     kueue = platform_kueue("dev")
     objects = dist_objects(dist, "dev")

@@ -70,7 +70,8 @@ def test_every_object_passes_the_manifest_gate(env: str) -> None:
 
 def test_head_on_a_system_node_without_gpus() -> None:
     head = _cluster()["spec"]["headGroupSpec"]
-    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-gpus": "0"}
+    # num-cpus 0: no driver, Train worker or task that asks for a CPU lands on the head (issue 22 #1).
+    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"}
     assert head["serviceType"] == "ClusterIP"
     pod = head["template"]["spec"]
     assert pod["nodeSelector"] == {"role": "system"}
@@ -112,24 +113,32 @@ def test_job_cluster_workers_sized_from_the_facts() -> None:
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
-def test_long_lived_cluster_scales_one_gpu_group_from_zero(env: str) -> None:
-    """Issue 17 #5: the long-lived RayCluster held every GPU node of every group (replicas = workload_nodes, no
-    autoscaler), so a RayJob, the NVRx job or a fabric check stayed Pending while it existed, and a prod job on it
-    could mix H100 and L4 workers. Now: one group's workers, from zero by KubeRay's autoscaler."""
+def test_long_lived_cluster_has_a_fixed_worker_count_and_none_by_default(env: str) -> None:
+    """Issue 22 #3: the autoscaling cluster's scale-up slices were PodsReady at once (Kueue's PodsReady for a
+    RayCluster is state == Ready, which KubeRay sets once), so Pending workers kept the group's quota. Now no
+    autoscaler and a fixed count, by default 0: the head alone, no GPU quota held (issue 17 #5: never every node)."""
     spec = _cluster(env)["spec"]
-    assert spec["enableInTreeAutoscaling"] is True
+    assert spec["enableInTreeAutoscaling"] is False
+    assert "autoscalerOptions" not in spec
     (group,) = spec["workerGroupSpecs"]
     first = ENVIRONMENTS[env].gpu_node_groups[0]
     assert group["groupName"] == first.name
+    # KubeRay clamps replicas to [minReplicas, maxReplicas]: a patch of replicas alone resizes it up to max_size.
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, first.scaling.max_size)
-    options = spec["autoscalerOptions"]
-    assert options["idleTimeoutSeconds"] == 300
-    assert options["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-    # KubeRay runs the autoscaler as a sidecar of the head with a ServiceAccount it creates: it needs the token,
-    # acknowledged per resource for checkov.
     head = spec["headGroupSpec"]["template"]
-    assert head["spec"]["automountServiceAccountToken"] is True
-    assert head["metadata"]["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_38=")
+    assert head["spec"]["automountServiceAccountToken"] is False
+    assert "annotations" not in head["metadata"]
+    assert "annotations" not in _cluster(env)["metadata"]  # not a Kueue elastic job
+
+
+def test_long_lived_cluster_workers_are_bounded_by_the_group() -> None:
+    app = cdk8s.App()
+    chart = RayClusterChart(app, "c", environment=ENVIRONMENTS["dev"], lock=LOCK, cluster=RayClusterConfig(workers=2))
+    assert chart.spec["workerGroupSpecs"][0]["replicas"] == 2
+    with pytest.raises(WorkloadError, match=r"training: 3 workers on GPU group 'g6', which has at most 2 nodes"):
+        RayClusterChart(app, "d", environment=ENVIRONMENTS["dev"], lock=LOCK, cluster=RayClusterConfig(workers=3))
+    with pytest.raises(WorkloadError, match=r"ray_cluster.workers=-1 must be 0 or more"):
+        RayClusterConfig(workers=-1)
 
 
 def test_long_lived_cluster_on_another_group_and_named_for_trainctl() -> None:
@@ -235,20 +244,23 @@ def test_tcp_baseline_workers_do_not_ask_for_the_ofi_plugin() -> None:
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
-def test_ray_train_storage_is_the_claim_the_head_and_every_worker_mount(env: str) -> None:
+def test_ray_train_storage_is_the_claim_every_worker_mounts_and_the_driver_runs_on_a_worker(env: str) -> None:
     """Issue 17 #2: `--storage-path /tmp/ray/train-results` was node-local; Ray 2.58 fails the run's first
-    persisted checkpoint with "A local path on the head node is not accessible by worker nodes"."""
+    persisted checkpoint with "A local path on the head node is not accessible by worker nodes". Issue 22 #1: the
+    heads no longer mount the zone-pinned claim; the driver (entrypointNumCpus, a head with num-cpus 0) and Ray
+    Train's controller beside it run on a worker, which does."""
     spec = _job(env)["spec"]
     assert f"--storage-path {RAY_STORAGE_PATH}" in spec["entrypoint"]
     assert RAY_STORAGE_PATH == "/checkpoints/ray-results"
+    assert spec["entrypointNumCpus"] == 1
     cluster = spec["rayClusterSpec"]
-    templates = [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]
-    templates += [_cluster(env)["spec"]["headGroupSpec"]["template"]]
-    for template in templates:
+    for template in [g["template"] for g in cluster["workerGroupSpecs"]]:
         pod = template["spec"]
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["checkpoints"] == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}}
         assert {"name": "checkpoints", "mountPath": "/checkpoints"} in pod["containers"][0]["volumeMounts"]
+    for template in [cluster["headGroupSpec"]["template"], _cluster(env)["spec"]["headGroupSpec"]["template"]]:
+        assert "checkpoints" not in {v["name"] for v in template["spec"]["volumes"]}
 
 
 def test_rayjob_refused_where_the_environment_has_no_shared_storage() -> None:
@@ -257,7 +269,7 @@ def test_rayjob_refused_where_the_environment_has_no_shared_storage() -> None:
     bare = dataclasses.replace(ENVIRONMENTS["dev"], add_ons=AddOnsConfig(checkpoint_storage=None))
     with pytest.raises(
         WorkloadError,
-        match=r"environment 'dev': add_ons.checkpoint_storage=None, but RayJob qwen-finetune runs 3 pods .*"
+        match=r"environment 'dev': add_ons.checkpoint_storage=None, but RayJob qwen-finetune runs 2 pods .*"
         r"fix: give the environment a CheckpointStorageConfig",
     ):
         RayJobChart(cdk8s.Testing.app(), "x", environment=bare, lock=LOCK, job=RayFinetuneJob())

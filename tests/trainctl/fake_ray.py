@@ -4,7 +4,7 @@ FakeKube's exec endpoint.
 - the upload (`sh -c UPLOAD_SCRIPT trainctl-upload DEST SIZE`): reads exactly SIZE bytes of
   stdin, as `head -c` does, and unpacks them as `tar -xz` would (kept in `uploads[DEST]`);
 - `rm -rf -- DEST`;
-- `ray job submit --address ... --submission-id ID [--working-dir D] [--runtime-env-json J]
+- `ray job submit --address ... --submission-id ID --entrypoint-num-cpus N [--working-dir D] [--runtime-env-json J]
   [--no-wait] -- ENTRYPOINT`: Ray's CLI, with its exit codes (1 when the job failed, 0 when it
   succeeded or was stopped, 1 when it could not be submitted);
 - `ray job logs ID --address ... [--follow]`;

@@ -133,7 +133,8 @@ def test_submit_copies_the_working_dir_runs_ray_job_submit_in_the_head_and_strea
     runtime_env = '{"env_vars":{"HF_HUB_OFFLINE":"1","NCCL_DEBUG":"INFO"},"pip":["transformers==5.23.0"]}'
     submit_argv = [
         "ray", "job", "submit", "--address", "http://localhost:8265", "--submission-id", "finetune-7",
-        "--working-dir", dest, "--runtime-env-json", runtime_env, "--", "python", "train.py", "--lr", "3e-4",
+        "--entrypoint-num-cpus", "1", "--working-dir", dest, "--runtime-env-json", runtime_env,
+        "--", "python", "train.py", "--lr", "3e-4",
     ]  # fmt: skip
     assert kube.commands() == [
         ["python", "-c", QUERY_SCRIPT, DASHBOARD, "get", "finetune-7"],  # is the id free?
@@ -186,7 +187,8 @@ def test_no_wait_prints_only_the_submission_id(kube: FakeKube, head: FakeRayHead
     assert out == "quick-1\n"
     assert "submitted successfully" in err  # Ray's own output goes to stderr with --no-wait
     assert kube.commands()[-1] == [
-        "ray", "job", "submit", "--address", DASHBOARD, "--submission-id", "quick-1", "--no-wait",
+        "ray", "job", "submit", "--address", DASHBOARD, "--submission-id", "quick-1", "--entrypoint-num-cpus", "1",
+        "--no-wait",
         "--", "python", "x.py",
     ]  # fmt: skip
     assert head.jobs["quick-1"].status == "PENDING"
@@ -533,6 +535,8 @@ def test_ray_job_command_lines_parse_with_the_pinned_ray_cli() -> None:
         "no_wait": True,
     }
     assert first["entrypoint"] == entrypoint
+    # The driver off the claim-less head, on a worker (k8s/ray_spec.py head_group).
+    assert first["entrypoint_num_cpus"] == second["entrypoint_num_cpus"] == 1
     assert "working_dir" not in second
     assert "no_wait" not in second
     assert second["entrypoint"] == ["python", "x.py"]

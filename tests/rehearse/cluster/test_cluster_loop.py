@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from rehearse import Rehearsal, load_manifests
 from rehearse.cluster.placement import NodeKill
 from rehearse.cluster.session import annotate, cluster_options
@@ -159,11 +157,6 @@ def test_a_pod_tolerating_the_unreachable_taint_for_ever_is_never_evicted() -> N
     assert pod.conditions == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 #1: Kueue's zone-blind system flavor admits the RayJob, whose head cannot get a node beside "
-    "the RayCluster head in the FSx zone; waitForPodsReady evicts it, requeues it 3 times and deactivates it",
-)
 def test_dev_ray_cluster_and_ray_job_both_run(dist: Path) -> None:
     manifests = [
         o for o in load_manifests(sorted((dist / "dev").glob("*.yaml"))) if o["kind"] in ("RayCluster", "RayJob")

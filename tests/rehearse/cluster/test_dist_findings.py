@@ -17,7 +17,6 @@ from rehearse import load_manifests
 from rehearse.cluster.nodes import build_nodes
 from rehearse.cluster.placement import ClusterPlacement, scheduling_spec
 from rehearse.kuberay import RayClusterPods
-from rehearse.seams import Pending
 
 
 def cluster(env_name: str, objects: list[dict[str, Any]]) -> ClusterPlacement:
@@ -39,11 +38,6 @@ def head(obj: dict[str, Any]) -> tuple[str, str, dict[str, str], dict[str, Any]]
 
 
 @pytest.mark.parametrize("env_name", ["dev", "prod"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 #1: both Ray heads select role=system and mount the FSx claim pinned to the GPU zone, whose "
-    "one m7i.xlarge cannot hold the RayCluster head (+ autoscaler) and the RayJob head together",
-)
 def test_the_ray_cluster_head_and_the_ray_job_head_both_get_a_node(dist: Path, env_name: str) -> None:
     objects = load_manifests(sorted((dist / env_name).glob("*.yaml")))
     placement = cluster(env_name, objects)
@@ -52,26 +46,3 @@ def test_the_ray_cluster_head_and_the_ray_job_head_both_get_a_node(dist: Path, e
     assert isinstance(first, str), first
     second = placement.place_spec(*head(by_kind["RayJob"]))
     assert isinstance(second, str), f"RayJob head Pending: {getattr(second, 'reason', second)}"
-
-
-def test_today_the_ray_job_head_is_pending_behind_the_ray_cluster_head_with_the_schedulers_reason(
-    dist: Path,
-) -> None:
-    """What `trainctl rehearse --env dev --nodes g6=2 dist/dev/*.yaml` reports today (issue 21's done-when)."""
-    objects = load_manifests(sorted((dist / "dev").glob("*.yaml")))
-    placement = cluster("dev", objects)
-    by_kind = {o["kind"]: o for o in objects if o["kind"] in ("RayCluster", "RayJob")}
-    first = placement.place_spec(*head(by_kind["RayCluster"]))
-    assert isinstance(first, str)
-    assert placement.nodes[0].name == first
-    assert placement.nodes[0].zone == "us-west-2a"
-    second = placement.place_spec(*head(by_kind["RayJob"]))
-    if isinstance(second, str):
-        pytest.skip("the heads fit together now (issue 22 #1 fixed): the xfail test above turned green")
-    assert isinstance(second, Pending)
-    # System node in the FSx zone: short of cpu and memory; the other system node: wrong zone for the claim;
-    # the two g6 nodes: the GPU taint.
-    assert second.reason == (
-        "0/4 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
-        "1 node(s) had volume node affinity conflict, 2 node(s) had untolerated taint {nvidia.com/gpu: true}."
-    )
