@@ -204,8 +204,13 @@ class NvrxFsdpJob:
     pip: tuple[str, ...] = ("nvidia-resiliency-ext==0.4.1", "transformers==5.23.0")
     active_deadline_seconds: int = 24 * 3600
     ttl_seconds_after_finished: int = 86400
-    # Pod replacements (node loss, a launcher that gave up) before the Job fails.
-    backoff_limit: int = 2
+    # Losses of pod 0's node the Job survives. Pod 0 hosts the c10d rendezvous store (is_host) and the in-process
+    # stores, so when it goes the ft_launcher of every other pod fails too, on a healthy node (no DisruptionTarget):
+    # the Job counts nodes - 1 failures per loss (tests/rehearse/test_nvrx_faults.py). The lost pods themselves,
+    # and any other pod lost with its node, carry DisruptionTarget and count nothing (the Ignore rule).
+    store_host_losses: int = 2
+    # The Job's backoffLimit; None: backoff_limit_for(nodes), sized from store_host_losses.
+    backoff_limit: int | None = None
     # How long each pod waits for the other pods' markers in the checkpoint directory (training/pod_checks.py):
     # pods start as far apart as their image pulls finish. Longer than Kueue's waitForPodsReady timeout (20 min,
     # infra/addons/kueue.py), so a peer that cannot start (no node) gets the workload evicted and requeued by Kueue
@@ -227,8 +232,10 @@ class NvrxFsdpJob:
         require_pinned_packages("nvrx.pip", self.pip)
         if self.active_deadline_seconds < 600:
             raise WorkloadError(f"nvrx.active_deadline_seconds={self.active_deadline_seconds} is below 600")
-        if not 0 <= self.backoff_limit <= 10:
-            raise WorkloadError(f"nvrx.backoff_limit={self.backoff_limit} must be 0 to 10")
+        if self.backoff_limit is not None and not 0 <= self.backoff_limit <= 100:
+            raise WorkloadError(f"nvrx.backoff_limit={self.backoff_limit} must be 0 to 100, or None to size it")
+        if not 0 <= self.store_host_losses <= 10:
+            raise WorkloadError(f"nvrx.store_host_losses={self.store_host_losses} must be 0 to 10")
         if self.inprocess.enabled and self.ft_launcher.rank_heartbeat_timeout_s <= self.inprocess.hard_timeout_s:
             raise WorkloadError(
                 f"nvrx.ft_launcher.rank_heartbeat_timeout_s={self.ft_launcher.rank_heartbeat_timeout_s} must exceed "
@@ -244,6 +251,13 @@ class NvrxFsdpJob:
             )
         if not 10 <= self.preconditions_timeout_s <= 3600:
             raise WorkloadError(f"nvrx.preconditions_timeout_s={self.preconditions_timeout_s} must be 10 to 3600")
+
+    def backoff_limit_for(self, nodes: int) -> int:
+        """backoffLimit for `nodes` pods: nodes - 1 counted failures per loss of pod 0, store_host_losses times
+        (Kubernetes fails the Job once its counted failures exceed backoffLimit)."""
+        if self.backoff_limit is not None:
+            return self.backoff_limit
+        return (nodes - 1) * self.store_host_losses
 
     @property
     def checkpoint_dir(self) -> str:

@@ -33,8 +33,14 @@ REHEARSALS = (
         "test_a_sigkilled_rank_is_restarted_by_ft_launcher_from_the_last_committed_checkpoint",
     ),
     (
-        "rehearse: nvrx pod loss",
-        "tests/rehearse/test_nvrx_faults.py::test_a_lost_pod_is_replaced_and_the_job_resumes_from_the_claim",
+        "rehearse: nvrx pod 1 lost",
+        "tests/rehearse/test_nvrx_faults.py::"
+        "test_a_lost_pod_1_is_replaced_without_counting_and_the_job_resumes_from_the_claim",
+    ),
+    (
+        "rehearse: nvrx pod 0 lost",
+        "tests/rehearse/test_nvrx_faults.py::"
+        "test_a_lost_pod_0_costs_one_counted_failure_of_pod_1_and_the_job_resumes_from_the_claim",
     ),
     (
         "rehearse: fabric check",

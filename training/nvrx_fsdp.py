@@ -556,8 +556,49 @@ def node_filter(**kwargs: Any) -> Any:
 WRAPPER_STORE_PORT_OFFSET = 1
 
 
+@functools.cache
+def wrapper_store_class() -> type[Any]:
+    """The Wrapper's `store_factory`: NVRx's TCPStore, but a client on every rank (its monitor processes too).
+
+    NVRx 0.4.1's own TCPStore (inprocess/store.py) makes rank 0's Wrapper the server, so the store closes when rank
+    0's Wrapper returns. Its termination barrier does not prevent that: rank 0 waits only until the last rank has
+    arrived, while ranks that arrived before the last still read the arrivals back (reentrant_barrier), and such a
+    rank fails with "Connection was likely closed"; its Wrapper shutdown then raises and its process never exits
+    (the progress-watchdog thread is left running), which ft_launcher takes for a failed worker group and restarts a
+    finished job. Here rank 0's process hosts the server outside the Wrapper (host_wrapper_store) and keeps it until
+    every rank has left its Wrapper (leave_together); no rank is critical, so none waits in the termination
+    barrier."""
+    from nvidia_resiliency_ext.inprocess.store import TCPStore as NvrxTCPStore
+
+    class WrapperStore(NvrxTCPStore):  # type: ignore[misc]
+        def __init__(self, *, host_name: str, port: int, timeout: datetime.timedelta) -> None:
+            TCPStore.__init__(
+                self, host_name=host_name, port=port, is_master=False, timeout=timeout, wait_for_workers=False
+            )
+
+        @property
+        def critical_ranks(self) -> tuple[int, ...]:
+            return ()
+
+    return WrapperStore
+
+
+def host_wrapper_store(addr: StoreAddress, timeout_s: float) -> TCPStore:
+    """The server of the Wrapper's store (rank 0 only), at addr's PORT + WRAPPER_STORE_PORT_OFFSET; it lives as long
+    as the returned object."""
+    return TCPStore(
+        addr.host,
+        addr.port + WRAPPER_STORE_PORT_OFFSET,
+        is_master=True,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+        use_libuv=True,
+    )
+
+
 def build_wrapper(cfg: InprocessConfig, addr: StoreAddress, plan: DevicePlan) -> Any:
-    """NVRx inprocess.Wrapper; its internal TCPStore is hosted by rank 0 at addr's PORT + WRAPPER_STORE_PORT_OFFSET."""
+    """NVRx inprocess.Wrapper; its internal store is a client of the server that host_wrapper_store starts on rank 0
+    at addr's PORT + WRAPPER_STORE_PORT_OFFSET."""
     from nvidia_resiliency_ext import inprocess
 
     seconds = datetime.timedelta
@@ -578,6 +619,7 @@ def build_wrapper(cfg: InprocessConfig, addr: StoreAddress, plan: DevicePlan) ->
         ),
     )
     return inprocess.Wrapper(
+        store_factory=wrapper_store_class(),
         store_kwargs={
             "host_name": addr.host,
             "port": addr.port + WRAPPER_STORE_PORT_OFFSET,
@@ -599,17 +641,20 @@ def run_inprocess(job: Job, plan: DevicePlan) -> None:
 
     addr = job.store_addr or default_store_addr()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout_s = job.inprocess.barrier_timeout_s
     # Created once, before the Wrapper (which needs torch.distributed uninitialized), and shared by all iterations.
     base_store = TCPStore(
         addr.host,
         addr.port,
         world_size,
         is_master=rank == 0,
-        timeout=datetime.timedelta(seconds=job.inprocess.barrier_timeout_s),
+        timeout=datetime.timedelta(seconds=timeout_s),
         wait_for_workers=True,
         multi_tenant=True,
         use_libuv=True,
     )
+    # Rank 0 hosts both stores until every rank has left its Wrapper (leave_together), not just its own Wrapper.
+    wrapper_host = host_wrapper_store(addr, timeout_s) if rank == 0 else None
     wrapper = build_wrapper(job.inprocess, addr, plan)
 
     def train_iteration(call_wrapper: inprocess.CallWrapper = None) -> None:  # NVRx injects it
@@ -619,7 +664,8 @@ def run_inprocess(job: Job, plan: DevicePlan) -> None:
     try:
         wrapped()
     finally:
-        leave_together(base_store, rank=rank, world_size=world_size, timeout_s=job.inprocess.barrier_timeout_s)
+        leave_together(base_store, rank=rank, world_size=world_size, timeout_s=timeout_s)
+        del wrapper_host
 
 
 # Every rank counts itself out here once its Wrapper has returned (or raised).
@@ -627,14 +673,9 @@ LEFT_KEY = "platform/left"
 
 
 def leave_together(store: Store, *, rank: int, world_size: int, timeout_s: float, poll_s: float = 0.05) -> None:
-    """Rank 0 hosts the NVRx Wrapper's TCPStore (and this one) and exits last.
-
-    NVRx 0.4.1's termination barrier (inprocess/store.py reentrant_barrier) still reads the store after the last
-    rank has arrived; when rank 0 returns first and its process exits, the store closes under ranks still reading
-    and they fail with "Connection was likely closed", which ft_launcher then counts as a failed worker group (seen
-    in the CPU rehearsal under load). So rank 0 waits until every rank has left its Wrapper, up to `timeout_s`.
-    This covers rank 0's process exit only: the same failure was still seen after a pod loss, where the store goes
-    with rank 0's Wrapper shutdown itself (tests/rehearse/test_nvrx_faults.py, an xfail for issue 22)."""
+    """Rank 0 hosts the in-process store and the Wrapper's (host_wrapper_store) and leaves last: it waits until
+    every rank has counted itself out here after its Wrapper returned or raised, up to `timeout_s` (a rank that died
+    never does)."""
     try:
         store.add(LEFT_KEY, 1)
         if rank != 0:

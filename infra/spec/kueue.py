@@ -16,11 +16,13 @@ Facts (kubernetes-sigs/kueue at tag v0.19.2 unless said otherwise):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from infra.spec.errors import ConfigError
 from infra.spec.namespaces import NamespaceSpec
+from infra.spec.node_loss import lost_node_recovery_s
 
 # Kueue's own namespace (the default the chart documents: --namespace kueue-system), created by CDK
 # with Pod Security labels before the chart. The manager pod is restricted-compliant
@@ -31,6 +33,7 @@ KUEUE = NamespaceSpec(name="kueue-system", purpose="Kueue controller manager", e
 BATCH_JOB = "batch/job"
 RAY_JOB = "ray.io/rayjob"
 RAY_CLUSTER = "ray.io/raycluster"
+PODS_READY_TIMEOUT_MINUTES = 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,10 +44,14 @@ class KueueProps:
     # A fresh p5/g6 node pulls the multi-GB training images before any pod is ready (issue 17 #7
     # measured pull skew beyond 60 s per node); 20 minutes covers a cold pull of the largest image
     # on every node of a gang, and is still well under the 30 min default that keeps idle GPUs.
-    pods_ready_timeout_minutes: int = 20
-    # A running gang that lost a pod: a replacement on a healthy node starts in minutes, a node the
-    # managed node group replaces takes about ten; past 15 minutes the remaining nodes sit idle.
-    recovery_timeout_minutes: int = 15
+    pods_ready_timeout_minutes: int = PODS_READY_TIMEOUT_MINUTES
+    # A running gang that lost a pod: counted from PodsReady=False (Kueue apis/config/v1beta2
+    # configuration_types.go RecoveryTimeout: "measured since the last transition to the PodsReady=false
+    # condition"), after which the whole gang is evicted and requeued. A node that stops answering
+    # takes grace period + default toleration + replacement + a cold start before its pod is ready on
+    # a new node (infra/spec/node_loss.py: 50 + 300 + 300 + 1200 s = 31 min); a shorter timeout would
+    # evict a gang that was about to recover, and count a requeue against requeue_limit.
+    recovery_timeout_minutes: int = math.ceil(lost_node_recovery_s(PODS_READY_TIMEOUT_MINUTES * 60) / 60)
     block_admission: bool = True
     # Three evictions for not starting mean the nodes are not there (group not scaled up, capacity
     # short): the Workload is then deactivated, which `kubectl get workloads` shows, instead of

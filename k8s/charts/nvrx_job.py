@@ -170,7 +170,7 @@ class NvrxJobChart(cdk8s.Chart):
             "completionMode": "Indexed",
             "completions": self.nodes,
             "parallelism": self.nodes,
-            "backoffLimit": job.backoff_limit,
+            "backoffLimit": job.backoff_limit_for(self.nodes),
             "podFailurePolicy": {
                 "rules": [
                     # Bad arguments fail the Job at once instead of burning the retries.

@@ -68,7 +68,7 @@ def test_manager_configuration_in_the_release(stack_templates: dict[str, dict[st
     assert config["manageJobsWithoutQueueName"] is False
     assert config["waitForPodsReady"] == {
         "timeout": "20m",
-        "recoveryTimeout": "15m",
+        "recoveryTimeout": "31m",
         "blockAdmission": True,
         "requeuingStrategy": {"timestamp": "Creation", "backoffLimitCount": 3},
     }
