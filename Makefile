@@ -88,7 +88,7 @@ check: synth-cdk
 PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
-FAST := not rehearsal and not slow
+FAST := not rehearsal and not slow and not training
 
 # The process-level rehearsals run after the parallel part, alone: with the other worker's tests beside
 # them on 2 cores, the Ray fine-tune and the NVRx pod-loss rehearsals failed on load (Ray workers losing GCS).
