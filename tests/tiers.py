@@ -77,12 +77,20 @@ def reaches_training_processes(func: object, seen: set[int] | None = None) -> bo
 
 
 def _fixture_functions(item: pytest.Item) -> Iterable[object]:
+    """The functions of the fixtures a test uses, and of those it takes by a parameter's name
+    (`request.getfixturevalue(name)` with the name from @pytest.mark.parametrize)."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return
-    for name in item.fixturenames if hasattr(item, "fixturenames") else ():
+    for name in getattr(item, "fixturenames", ()):
         for fixturedef in info.name2fixturedefs.get(name, ()):
             yield fixturedef.func
+    callspec = getattr(item, "callspec", None)
+    manager = item.session._fixturemanager
+    for value in callspec.params.values() if callspec else ():
+        if isinstance(value, str) and value.isidentifier():
+            for fixturedef in manager.getfixturedefs(value, item) or ():
+                yield fixturedef.func
 
 
 def is_training_test(item: pytest.Item) -> bool:
