@@ -4,7 +4,7 @@ Wall time on a loaded machine says how busy it was; CPU time says what a test co
 teardown are charged with the CPU of the pytest process and of the child processes it waited for
 (`getrusage(RUSAGE_CHILDREN)`: `subprocess.run`, ft_launcher and its ranks, the rehearsal pods; not daemons that
 outlive the test, such as a local Ray cluster's). Each xdist worker appends its own lines to FILE (JSON lines:
-nodeid, cpu_s, wall_s, worker); scripts/bench.py sums them.
+nodeid, outcome, cpu_s, wall_s, worker); scripts/bench.py sums them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+_OUTCOMES: dict[str, str] = {}
+
 
 def _cpu() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -29,6 +31,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-time-report", metavar="FILE", help="append CPU seconds per test to FILE (JSON lines)")
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # The worst of setup, call and teardown: a test that passed and failed at teardown counts as failed.
+    if report.outcome != "passed" or report.nodeid not in _OUTCOMES:
+        _OUTCOMES[report.nodeid] = f"{report.outcome} ({report.when})" if report.outcome != "passed" else "passed"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     report = item.config.getoption("--cpu-time-report")
@@ -37,6 +45,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if report:
         line = {
             "nodeid": item.nodeid,
+            "outcome": _OUTCOMES.pop(item.nodeid, "not run"),
             "cpu_s": round(_cpu() - cpu, 3),
             "wall_s": round(time.perf_counter() - wall, 3),
             "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
