@@ -23,13 +23,14 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install synth synth-cdk synth-k8s check test test-fast test-rehearsal lint typecheck fmt bench docs clean lock gpu-bundle
+.PHONY: help install synth synth-cdk synth-k8s check test test-fast test-rehearsal test-training pytest-all-but-rehearsals pytest-fast lint typecheck fmt bench docs clean lock gpu-bundle
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
 	@echo "make test    lint, type check, the gates (make check) and the whole pytest suite, on every core (CI)"
-	@echo "make test-fast   lint, type check and the unit tier (no rehearsals, no cdk/cdk8s CLI runs)"
+	@echo "make test-fast   lint, type check and the unit tier (no rehearsals, training processes or cdk/cdk8s CLI runs)"
 	@echo "make test-rehearsal   the process-level rehearsals alone (tests/rehearse, Linux namespaces)"
+	@echo "make test-training   the tests that start real torch.distributed/Ray/NVRx processes (marker training)"
 	@echo "make check   security and validation gates over cdk.out/ and the manifests (synthesizes first)"
 	@echo "make bench   synth and test-suite times; NVRx recovery times and checkpoint stall (medians, ratios)"
 	@echo "make docs    architecture pictures from infra/spec -> docs/architecture-<env>.dot and .png (Graphviz)"
@@ -83,24 +84,41 @@ check: synth-cdk
 
 # Tiers (docs/testing.md). pytest-xdist spreads the suite over the cores; tests/conftest.py groups
 # the tests that share what a session builds (the CDK synth, the NVRx runs, the rehearsals) so each
-# is built once, heavy groups first. PYTEST_WORKERS=0 runs in one process; PYTEST_ARGS adds options
-# (e.g. PYTEST_ARGS=--durations=30, where the time goes).
+# is built once, heavy groups first. tests/tiers.py marks `training` the tests that start real
+# torch.distributed/Ray/NVRx processes (from the fixtures and helpers they use). PYTEST_WORKERS=0 runs
+# in one process; PYTEST_ARGS adds options (e.g. PYTEST_ARGS=--durations=30, where the time goes).
 PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
-FAST := not rehearsal and not slow
+# The markers the fast tier leaves out: tests/tiers.py OUT_OF_FAST (tests/test_tiers.py ties the two).
+FAST := not rehearsal and not slow and not training
+# Lint, types, the gates and the parallel pytest run side by side (make -j, each one's output kept
+# together): lint, mypy and `make check` are one process each, and they fill the core that pytest
+# leaves idle while its last group finishes. The calling target has brought `install` up to date, so the
+# inner make takes the toolchain as it is (-o: make passes no -o down by itself).
+SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4 --output-sync=target -o $(STAMP_PY) -o $(STAMP_NODE) -o $(STAMP_CHECKOV)
 
 # The process-level rehearsals run after the parallel part, alone: with the other worker's tests beside
 # them on 2 cores, the Ray fine-tune and the NVRx pod-loss rehearsals failed on load (Ray workers losing GCS).
-test: lint typecheck check
-	pytest $(PYTEST_PARALLEL) -m 'not rehearsal'
+test: install
+	+$(SIDE_BY_SIDE) lint typecheck check pytest-all-but-rehearsals
 	pytest -m rehearsal $(PYTEST_ARGS)
 
-test-fast: lint typecheck
-	pytest $(PYTEST_PARALLEL) -m '$(FAST)'
+test-fast: install
+	+$(SIDE_BY_SIDE) lint typecheck pytest-fast
 
 test-rehearsal: install
 	pytest -m rehearsal $(PYTEST_ARGS) tests/rehearse
+
+test-training: install
+	pytest $(PYTEST_PARALLEL) -m 'training and not rehearsal'
+
+# The pytest parts of the tiers above (run them through the tiers).
+pytest-all-but-rehearsals: install
+	pytest $(PYTEST_PARALLEL) -m 'not rehearsal'
+
+pytest-fast: install
+	pytest $(PYTEST_PARALLEL) -m '$(FAST)'
 
 fmt: install
 	ruff format .

@@ -7,7 +7,9 @@ ratios (environment vs environment, synth vs tests) are what to compare across m
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,6 +59,16 @@ TIERS = (
     ("make test-rehearsal", "test-rehearsal"),
     ("make test", "test"),
 )
+TOP_TESTS = 15
+
+
+@dataclass(frozen=True)
+class TierRun:
+    """One run of a tier: wall seconds, CPU seconds of make and every process it waited for, CPU per test."""
+
+    wall_s: float
+    cpu_s: float
+    tests: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -126,22 +138,57 @@ def main() -> int:
 def report(results: dict[str, list[float]], *, ratios: bool) -> int:
     base = statistics.median(results.get("cdk synth -c env=dev", [1.0]))
     ratio = "vs dev synth" if ratios else ""
-    print(f"{'what':<24} {'runs':>4} {'median s':>9} {'min s':>7} {'max s':>7} {ratio:>12}")
+    print(f"{'what':<34} {'runs':>4} {'median s':>9} {'min s':>7} {'max s':>7} {ratio:>12}")
     for name, times in results.items():
         median = statistics.median(times)
         spread = f"{min(times):>7.2f} {max(times):>7.2f}"
         versus = f"{median / base:>11.2f}x" if ratios else ""
-        print(f"{name:<24} {len(times):>4} {median:>9.2f} {spread} {versus}")
+        print(f"{name:<34} {len(times):>4} {median:>9.2f} {spread} {versus}")
     return 0
 
 
+def tier_once(target: str, make_flags: list[str]) -> TierRun:
+    """`make TARGET` with each pytest run charging CPU seconds to its tests (tests/cpu_time.py)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        per_test = Path(tmp) / "cpu.jsonl"
+        pytest_args = f"-p tests.cpu_time --cpu-time-report={per_test} --basetemp={tmp}/pt -p no:cacheprovider"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(
+            ("make", *make_flags, target, f"PYTEST_ARGS={pytest_args}"),
+            cwd=ROOT,
+            env=ENV,
+            check=True,
+            capture_output=True,
+        )
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        tests: dict[str, float] = {}
+        for line in per_test.read_text().splitlines() if per_test.exists() else ():
+            record = json.loads(line)
+            tests[record["nodeid"]] = tests.get(record["nodeid"], 0.0) + record["cpu_s"]
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return TierRun(wall, cpu, tests)
+
+
 def tiers(only: list[str], runs: int, make_flags: list[str]) -> dict[str, list[float]]:
-    """Wall time of each test tier, as `make TARGET` (lint and types included; make test also runs make check)."""
-    return {
-        name: measure(Case(name, ("make", *make_flags, target)), runs)
-        for name, target in TIERS
-        if not only or target in only
-    }
+    """Wall and CPU time of each test tier, as `make TARGET` (lint and types included; make test also runs make
+    check), and the tests that cost the most CPU. CPU / cores is what the tier would take on an idle machine where
+    its work spreads over every core; on a shared machine the wall time mostly says how busy the machine was."""
+    results: dict[str, list[float]] = {}
+    cores = os.cpu_count() or 1
+    for name, target in TIERS:
+        if only and target not in only:
+            continue
+        done = [tier_once(target, make_flags) for _ in range(runs)]
+        results[f"{name} (wall)"] = [run.wall_s for run in done]
+        results[f"{name} (CPU)"] = [run.cpu_s for run in done]
+        results[f"{name} (CPU / {cores} cores)"] = [run.cpu_s / cores for run in done]
+        last = done[-1].tests
+        print(f"{name}: {len(last)} tests, {sum(last.values()):.0f} CPU s in tests; the most CPU (last run):")
+        for nodeid, cpu in sorted(last.items(), key=lambda kv: -kv[1])[:TOP_TESTS]:
+            print(f"  {cpu:8.1f} s  {nodeid}")
+    return results
 
 
 def synth_and_suite(runs: int, test_runs: int) -> dict[str, list[float]]:

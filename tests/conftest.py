@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests import tiers
+
 if TYPE_CHECKING:
     from aws_cdk.assertions import Template
 
@@ -49,8 +51,9 @@ def heavy_group_of(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist appends the group to each test id
+@pytest.hookimpl(tryfirst=True)  # before xdist appends the group to each test id, and before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.classify(items)  # the `training` marker, from the fixtures and helpers a test uses (tests/tiers.py)
     # A module goes whole to the first heavy group one of its tests needs (its module fixtures then
     # start once); any other module is a group of its own.
     module_group: dict[str, str] = {}
@@ -138,3 +141,31 @@ def merged(stacks: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def env_name(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name
+
+
+_GUARD: tiers.TrainingProcessGuard | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _GUARD
+    if _GUARD is None:  # an audit hook cannot be removed: one per process
+        _GUARD = tiers.TrainingProcessGuard()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    if _GUARD is not None:
+        _GUARD.started.clear()
+        _GUARD.watching = True
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    result = yield
+    if _GUARD is not None:
+        _GUARD.watching = False
+        problem = _GUARD.verdict(item)
+        if problem:
+            pytest.fail(problem, pytrace=False)
+    return result

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fabric_gate.fake_apiserver import FakeApiServer
+from tests.tiers import starts_training_processes
 from training.fabric_gate import EXIT_FAILED, EXIT_RETRY, TAINT_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@starts_training_processes
 def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, str]) -> list[Rank]:
     world, port = len(nodes) * ranks_per_node, free_port()
     procs = []

@@ -12,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.tiers import starts_training_processes
 from training.fabric_gate import EXIT_FAILED, EXIT_RETRY
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@starts_training_processes
 def pod(tmp: Path, inject: str) -> subprocess.CompletedProcess[str]:
     launcher = Path(sys.executable).with_name("ft_launcher")
     env = {

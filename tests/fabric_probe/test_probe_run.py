@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.fabric_probe.helpers import MEASUREMENT_KEYS, REPO, REPORT_KEYS, RESULT_KEYS
+from tests.tiers import starts_training_processes
 from training.nccl_tests import ExitCode, parse_all_reduce_perf
 
 TIMEOUT_S = 150
@@ -45,6 +46,7 @@ class DirectRun:
 
 
 @pytest.fixture(scope="module")
+@starts_training_processes
 def direct_run(tmp_path_factory: pytest.TempPathFactory) -> DirectRun:
     """Three ranks started as plain processes with an unreachable floor: the run must fail the floor."""
     world_size = 3
@@ -162,6 +164,7 @@ def test_printed_table_is_nccl_tests_format(direct_run: DirectRun) -> None:
     assert parsed.avg_busbw_gbps == pytest.approx(direct_run.report["avg_busbw_gbps"], rel=1e-5)
 
 
+@pytest.mark.training
 def test_torchrun_bfloat16_x4_sweep_passes_a_zero_floor(tmp_path: Path) -> None:
     out = tmp_path / "torchrun.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]

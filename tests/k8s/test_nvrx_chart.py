@@ -34,6 +34,7 @@ from k8s.nvrx_spec import (
 from k8s.ray_spec import WorkloadError
 from tests.conftest import ROOT
 from tests.k8s.schema import validate_core
+from tests.tiers import starts_training_processes
 from training.nvrx_config import parse_job
 
 DIGEST = "sha256:" + hashlib.sha256(b"nvrx chart test image").hexdigest()
@@ -253,6 +254,7 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
     assert NvrxFsdpJob().preconditions_timeout_s > KueueProps().pods_ready_timeout_minutes * 60
 
 
+@starts_training_processes
 def _check_args(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *argv, "--check-args"],

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.tiers import starts_training_processes
 from tests.training.emf_schema import validate
 from training.emf import parse_lines
 
@@ -32,6 +33,7 @@ class NvrxRun:
     emf: list[dict[str, Any]]
 
 
+@starts_training_processes
 def launch(out: Path, model_dir: Path, *extra: str, max_restarts: int = 2, ft: tuple[str, ...] = ()) -> NvrxRun:
     metrics = out / "metrics.json"
     argv = [

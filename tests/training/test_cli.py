@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.training
 def test_module_help_lists_every_option() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "training.ray_finetune", "--help"],

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from tests.tiers import starts_training_processes
 from training.ray_finetune import WEIGHTS_FILE, main
 
 STEPS = 6
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
+@starts_training_processes
 def local_ray() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as env:
         # On a busy 2-core machine starting the worker group (mostly imports) takes 15-25 s; Ray gives up at 60 s.

@@ -1,0 +1,156 @@
+"""The tiers (docs/testing.md): `make test` runs every test, `make test-fast` leaves out exactly the markers
+tests/tiers.py names, and the `training` marker follows the fixtures and helpers a test uses."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import shlex
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+
+import pytest
+from _pytest.mark.expression import Expression
+
+from tests import tiers
+from tests.conftest import ROOT
+
+STAMPS = (".venv/.installed", "node_modules/.installed", ".venv-checkov/.installed")
+
+
+def declared_markers() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    return [line.split(":", 1)[0].strip() for line in config["markers"]]
+
+
+def pytest_runs(target: str) -> list[list[str]]:
+    """The pytest command lines `make TARGET` runs, as make prints them without running anything."""
+    assumed = [arg for stamp in STAMPS for arg in ("-o", stamp)]  # treat the toolchain as installed
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", *assumed, target], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    runs = [shlex.split(line) for line in done.stdout.splitlines()]
+    return [argv[argv.index("pytest") + 1 :] for argv in runs if "pytest" in argv]
+
+
+def marker_expression(argv: list[str]) -> str | None:
+    return argv[argv.index("-m") + 1] if "-m" in argv else None
+
+
+def selects(expression: str | None, markers: set[str]) -> bool:
+    if expression is None:
+        return True
+    return Expression.compile(expression).evaluate(lambda name, /, **_: name in markers)
+
+
+def marker_sets(names: list[str]) -> Iterator[set[str]]:
+    for size in range(len(names) + 1):
+        for chosen in itertools.combinations(names, size):
+            yield set(chosen)
+
+
+def test_make_test_runs_every_combination_of_markers_on_the_whole_suite() -> None:
+    runs = pytest_runs("test")
+    assert runs, "make test runs no pytest"
+    for argv in runs:
+        # No narrowing but by marker: no paths, -k, --deselect or --ignore.
+        narrowing = [a for a in argv if a.startswith(("-k", "--deselect", "--ignore")) or a.startswith("tests")]
+        assert narrowing == [], f"make test narrows a pytest run by {narrowing}"
+    names = declared_markers()
+    for markers in marker_sets(names):
+        chosen = [argv for argv in runs if selects(marker_expression(argv), markers)]
+        reason = [tiers.OUTSIDE_CI[m] for m in markers if m in tiers.OUTSIDE_CI]
+        assert chosen or reason, f"a test marked {sorted(markers) or 'with no marker'} runs in no pytest of make test"
+
+
+def test_make_test_fast_leaves_out_exactly_the_markers_of_tiers() -> None:
+    (argv,) = pytest_runs("test-fast")
+    expression = marker_expression(argv)
+    assert selects(expression, set()), "the fast tier must run the unmarked tests"
+    for name in declared_markers():
+        assert selects(expression, {name}) is (name not in tiers.OUT_OF_FAST), name
+
+
+def test_every_module_with_tests_is_collected_by_pytest() -> None:
+    """pytest collects test_*.py under tests/ (pyproject testpaths): a test in a file named otherwise never runs."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert config["testpaths"] == ["tests"]
+    assert "python_files" not in config
+    assert "norecursedirs" not in config
+    assert "collect_ignore" not in config
+    stray = []
+    for path in (ROOT / "tests").rglob("*.py"):
+        if path.name.startswith("test_") or "__snapshots__" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(n, ast.FunctionDef) and n.name.startswith("test_") for n in tree.body):
+            stray.append(str(path.relative_to(ROOT)))
+    assert stray == [], f"test functions in files pytest does not collect: {stray}"
+
+
+# The classification of tests/tiers.py on small functions of its own.
+
+
+@tiers.starts_training_processes
+def _launches() -> None:
+    """Stands for a helper that starts ranks."""
+
+
+def _calls_a_launcher() -> None:
+    _launches()
+
+
+def _calls_something_else() -> None:
+    len("nothing")
+
+
+def test_a_function_reaching_a_tagged_helper_is_training() -> None:
+    assert tiers.reaches_training_processes(_calls_a_launcher)
+    assert tiers.reaches_training_processes(lambda: _calls_a_launcher())
+    assert not tiers.reaches_training_processes(_calls_something_else)
+
+
+def test_the_suites_launchers_are_classified(request: pytest.FixtureRequest) -> None:
+    """The NVRx runs' fixtures reach the tagged launcher; a parser test of the same module and this test do not."""
+    from tests.training import conftest, test_nvrx_fsdp
+
+    assert tiers.reaches_training_processes(conftest.nvrx_reference)  # through tests/training/nvrx_runs.launch
+    assert tiers.reaches_training_processes(conftest.nvrx_sigkill)
+    assert not tiers.reaches_training_processes(conftest.tiny_model_dir)
+    assert not tiers.reaches_training_processes(test_nvrx_fsdp.test_store_addr_forms)
+    assert not tiers.is_training_test(request.node)
+
+
+@pytest.mark.parametrize(
+    ("argv", "training"),
+    [
+        (["/v/bin/ft_launcher", "--standalone", "-m", "training.nvrx_fsdp"], True),
+        ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"], True),
+        ([sys.executable, "-m", "training.fabric_probe", "--device", "cpu"], True),  # joins a process group
+        ([sys.executable, "-m", "tests.fabric_gate.gate_worker", "0", "2"], True),
+        ([sys.executable, "-m", "training.fabric_analyzer", "-"], False),  # standard library only
+        ([sys.executable, "-m", "k8s.check_lock", "out.json"], False),
+        (["bash", "-n", "scripts/gpu_smoke.sh"], False),
+    ],
+)
+def test_training_commands(argv: list[str], training: bool) -> None:
+    assert tiers.training_command(argv) is training
+
+
+def test_the_guard_sees_a_training_process_that_an_unmarked_test_starts(request: pytest.FixtureRequest) -> None:
+    # conftest's guard sees these processes too; the marker this test gets at its end is what lets it pass.
+    guard = tiers.TrainingProcessGuard()
+    guard.watching = True
+    # A real process whose command line names a launcher (it runs `pass`): the audit event is what counts.
+    subprocess.run([sys.executable, "-c", "pass", "torchrun"], check=True)
+    guard.watching = False
+    subprocess.run([sys.executable, "-c", "pass", "torchrun"], check=True)  # not watching: not recorded
+    assert len(guard.started) == 1
+    assert "torchrun" in guard.started[0]
+    problem = guard.verdict(request.node)
+    assert problem is not None
+    assert "@tests.tiers.starts_training_processes" in problem
+    request.node.add_marker(tiers.TRAINING)
+    assert guard.verdict(request.node) is None  # a marked test may start them

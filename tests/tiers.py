@@ -1,0 +1,166 @@
+"""Which tier a test belongs to, decided from what it uses, never from a list of tests (docs/testing.md, Tiers).
+
+A test gets the `training` marker (out of `make test-fast`, in `make test`) when it starts real torch.distributed,
+Ray or NVRx processes: when a fixture it uses (directly or through other fixtures), or a function of tests/ that
+it or those fixtures call, is tagged `@starts_training_processes`. The tag sits on the few helpers and fixtures
+that start such processes, so a new test that uses one is classified without anyone listing it.
+
+The classification is checked while the tests run: `TrainingProcessGuard` sees every process a test starts
+(an audit hook on `subprocess.Popen`) and fails a test that the fast tier would run and that started a training
+process anyway, naming the command and the fix. So a miss cannot make the fast tier slow without being seen.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+import types
+from collections.abc import Callable, Iterable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+
+# The markers that take a test out of the fast tier; `make test-fast` deselects each (Makefile FAST).
+TRAINING = "training"
+OUT_OF_FAST = ("rehearsal", "slow", TRAINING)
+# Markers whose tests `make test` (CI) does not run, each with the reason (tests/test_tiers.py): none today.
+OUTSIDE_CI: dict[str, str] = {}
+
+F = TypeVar("F", bound=Callable[..., Any])
+_TAG = "__starts_training_processes__"
+
+
+def starts_training_processes(func: F) -> F:
+    """Tags a fixture or helper that starts torch.distributed, Ray or NVRx processes (put it under @pytest.fixture)."""
+    setattr(func, _TAG, True)
+    return func
+
+
+def _tagged(obj: object) -> bool:
+    return bool(getattr(obj, _TAG, False)) or bool(getattr(getattr(obj, "__wrapped__", None), _TAG, False))
+
+
+def _in_tests(func: types.FunctionType) -> bool:
+    try:
+        return Path(func.__code__.co_filename).resolve().is_relative_to(TESTS)
+    except (OSError, ValueError):
+        return False
+
+
+def _names(code: types.CodeType) -> Iterable[str]:
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):  # nested functions, lambdas, comprehensions
+            yield from _names(const)
+
+
+def reaches_training_processes(func: object, seen: set[int] | None = None) -> bool:
+    """Whether `func` is tagged or calls, through functions defined under tests/, one that is."""
+    if _tagged(func):
+        return True
+    func = getattr(func, "__wrapped__", func)
+    if not isinstance(func, types.FunctionType) or not _in_tests(func):
+        return False
+    seen = set() if seen is None else seen
+    if id(func) in seen:
+        return False
+    seen.add(id(func))
+    scope = func.__globals__
+    return any(reaches_training_processes(scope[name], seen) for name in _names(func.__code__) if name in scope)
+
+
+def _fixture_functions(item: pytest.Item) -> Iterable[object]:
+    """The functions of the fixtures a test uses, and of those it takes by a parameter's name
+    (`request.getfixturevalue(name)` with the name from @pytest.mark.parametrize)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return
+    for name in getattr(item, "fixturenames", ()):
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            yield fixturedef.func
+    callspec = getattr(item, "callspec", None)
+    manager = item.session._fixturemanager
+    for value in callspec.params.values() if callspec else ():
+        if isinstance(value, str) and value.isidentifier():
+            for fixturedef in manager.getfixturedefs(value, item) or ():
+                yield fixturedef.func
+
+
+def is_training_test(item: pytest.Item) -> bool:
+    if item.get_closest_marker(TRAINING):
+        return True
+    function = getattr(item, "function", None)
+    if function is not None and reaches_training_processes(function):
+        return True
+    return any(reaches_training_processes(func) for func in _fixture_functions(item))
+
+
+def classify(items: Sequence[pytest.Item]) -> None:
+    for item in items:
+        if not item.get_closest_marker(TRAINING) and is_training_test(item):
+            item.add_marker(TRAINING)
+
+
+def in_fast_tier(item: pytest.Item) -> bool:
+    return not any(item.get_closest_marker(name) for name in OUT_OF_FAST)
+
+
+# What a training process is, as the guard sees a command line.
+LAUNCHERS = frozenset({"ft_launcher", "torchrun", "gcs_server", "raylet"})
+LAUNCHER_MODULES = frozenset({"torch.distributed.run", "nvidia_resiliency_ext.fault_tolerance.launcher"})
+_USES_DISTRIBUTED = re.compile(
+    r"^\s*(?:from|import)\s+(?:torch\.distributed|ray|nvidia_resiliency_ext)\b|init_process_group\(", re.MULTILINE
+)
+
+
+@cache
+def _module_starts_training(module: str) -> bool:
+    """A module of this repository that imports torch.distributed, Ray or NVRx or joins a process group."""
+    path = ROOT.joinpath(*module.split("."))
+    source = path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__main__.py"
+    return source.is_file() and bool(_USES_DISTRIBUTED.search(source.read_text(encoding="utf-8")))
+
+
+def training_command(argv: Sequence[str]) -> bool:
+    if any(os.path.basename(arg) in LAUNCHERS for arg in argv):
+        return True
+    for flag, module in itertools.pairwise(argv):
+        if flag == "-m":
+            return module in LAUNCHER_MODULES or _module_starts_training(module)
+    return False
+
+
+class TrainingProcessGuard:
+    """Records the training processes each test starts; installed once per pytest process (tests/conftest.py)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.watching = False
+        sys.addaudithook(self._hook)
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.watching or event != "subprocess.Popen":
+            return
+        argv = args[1]
+        if isinstance(argv, (str, bytes, os.PathLike)):
+            argv = [argv]
+        words = [os.fsdecode(a) for a in argv]
+        if training_command(words):
+            self.started.append(" ".join(words)[:300])
+
+    def verdict(self, item: pytest.Item) -> str | None:
+        """Why a fast-tier test failed the classification, or None."""
+        if not self.started or not in_fast_tier(item):
+            return None
+        return (
+            f"{item.nodeid} is in the fast tier but started a training process: {self.started[0]}\n"
+            "Tag the fixture or helper that starts it with @tests.tiers.starts_training_processes "
+            f"(or mark the test @pytest.mark.{TRAINING}) so `make test-fast` leaves it to `make test`."
+        )
