@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,6 +32,7 @@ def free_port_pair() -> int:
     raise AssertionError("no two adjacent free ports")
 
 
+@pytest.mark.training
 def test_a_rank_still_in_the_termination_barrier_when_rank_0_leaves_keeps_its_store(tmp_path: Path) -> None:
     world_size, port = 3, free_port_pair()
     env = {**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR", "PYTHONPATH": str(ROOT)}
