@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from trainctl import capacity, fabric_check, goodput, logs, pin, scale, status, submit
-from trainctl.commands import drain, plan, rehearse
+from trainctl import capacity, fabric_check, goodput, logs, pin, status, submit
+from trainctl.commands import drain, plan, rehearse, scale
 from trainctl.exit_codes import ExitCode
 from trainctl.preflight import command as preflight
 
