@@ -2,8 +2,10 @@
 
 A subcommand module provides `add_parser(subparsers)`, which registers its parser and sets
 `run` (args -> exit code, see trainctl.exit_codes) as a default. To add one, write the module
-(a thin command under trainctl/commands/ over a library module, like commands/rehearse.py) and
-list it in SUBCOMMANDS; a command never imports another (tests/test_layers.py).
+(a thin command under trainctl/commands/ over a library module, like commands/scale.py: its flags from
+trainctl.flags, its report printed with trainctl.output.emit, its progress through
+trainctl.progress.Progress.for_args) and list it in SUBCOMMANDS; a command never imports another, and
+the library never imports a command (tests/test_layers.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.spec import ConfigError, Environment, GpuNodeGroupConfig, get_environment
-from trainctl.aws import Aws, AwsError, describe_nodegroup, describe_update, update_nodegroup_scaling
+from trainctl.aws import Aws, AwsError
 from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S, ConnectError
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import KubeError
@@ -200,7 +200,7 @@ def follow_update(
     deadline = clock() + wait_s
     while status not in UPDATE_DONE and clock() < deadline:
         sleep(poll_s)
-        found = describe_update(aws, cluster, nodegroup, update_id)
+        found = aws.describe_update(cluster, nodegroup, update_id)
         status = str(found.get("status"))
         say(f"update {update_id}: {status}")
     errors = [
@@ -247,7 +247,7 @@ def scale(
     report.nodegroup = nodegroup = nodegroup_name(env, group)
     aws = aws_factory(env.region)
     try:
-        deployed = describe_nodegroup(aws, cluster, nodegroup)
+        deployed = aws.describe_nodegroup(cluster, nodegroup)
         scaling = dict(deployed.get("scalingConfig") or {})
         report.previous = scaling
         low, high = int(scaling.get("minSize", 0)), int(scaling.get("maxSize", 0))
@@ -262,7 +262,7 @@ def scale(
             report.update_status = "Successful"
         else:
             say(f"setting the desired size of {nodegroup} to {nodes} (min {low}, max {high})")
-            update = update_nodegroup_scaling(aws, cluster, nodegroup, min_size=low, max_size=high, desired_size=nodes)
+            update = aws.update_nodegroup_scaling(cluster, nodegroup, min_size=low, max_size=high, desired_size=nodes)
             report.update_id = str(update.get("id"))
             status, errors = follow_update(aws, cluster, nodegroup, update, wait_s=wait_s, poll_s=poll_s, say=say)
             report.update_status, report.update_errors = status, errors
@@ -308,7 +308,7 @@ def scale(
             close()
     if report.ready is False:
         try:
-            health = describe_nodegroup(aws, cluster, nodegroup).get("health") or {}
+            health = aws.describe_nodegroup(cluster, nodegroup).get("health") or {}
             report.health = [f"{i.get('code')}: {i.get('message')}" for i in health.get("issues") or []]
         except AwsError as exc:
             report.health = [f"could not read: {exc.api}: {exc}"]

@@ -20,26 +20,18 @@ A later `cdk deploy` that changes the group's scaling config sets the desired si
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from infra.spec import ENVIRONMENTS, Environment
+from infra.spec import Environment
+from trainctl import flags
 from trainctl import scale as scaling
 from trainctl.arguments import node_count, seconds
 from trainctl.aws import Aws
-from trainctl.eks_auth import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    ConnectError,
-    TokenSource,
-    api_client_for_eks,
-    api_client_from_kubeconfig,
-    describe_cluster,
-    eks_token,
-)
-from trainctl.output import to_json
-from trainctl.preflight import aws_endpoint
+from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S, api_client
+from trainctl.output import emit
+from trainctl.progress import Progress
 from trainctl.scale import DEFAULT_WAIT_S
 
 
@@ -53,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "usable within --wait (what is missing is named per node), 2 could not run (refused N, unknown "
         "environment or group, AWS or Kubernetes API errors)",
     )
-    parser.add_argument("--env", required=True, choices=sorted(ENVIRONMENTS), help="the environment")
+    flags.add_env(parser)
     parser.add_argument("--group", required=True, metavar="NAME", help="the GPU node group")
     parser.add_argument("--nodes", required=True, type=node_count(0), metavar="N", help="the desired node count")
     parser.add_argument(
@@ -63,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="SECONDS",
         help="for the update and the nodes, each (default: %(default)g)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    flags.add_output(parser)
     group = parser.add_argument_group(
         "connection",
         "The Kubernetes API: by default the environment's EKS cluster (endpoint and CA from eks:DescribeCluster, "
@@ -72,7 +64,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     group.add_argument("--kubeconfig", type=Path, metavar="FILE", help="use this kubeconfig for the Kubernetes API")
     group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
     group.add_argument("--cluster", metavar="NAME", help="EKS cluster name (default: the environment's)")
-    group.add_argument("--profile", metavar="NAME", help="AWS profile (default: the usual AWS chain)")
     group.add_argument(
         "--request-timeout",
         type=seconds(3600),
@@ -80,43 +71,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="SECONDS",
         help="per API request (default: %(default)g)",
     )
-    group.add_argument(
-        "--endpoint-url",
-        type=aws_endpoint,
-        action="append",
-        default=[],
-        metavar="[SERVICE=]URL",
-        help="send AWS requests (eks) to another endpoint, e.g. a local emulator; repeatable",
-    )
+    flags.add_aws(group, services=["eks"])
     parser.set_defaults(run=run)
 
 
 def _kube_factory(args: argparse.Namespace, endpoints: Mapping[str, str]) -> Callable[[Environment], Any]:
     def connect(env: Environment) -> Any:
-        if args.kubeconfig is not None:
-            return api_client_from_kubeconfig(args.kubeconfig, args.context)
-        if args.context:
-            raise ConnectError("--context goes with --kubeconfig")
-        import boto3
-        from botocore.exceptions import BotoCoreError
-
-        name = args.cluster or env.cluster.name
-        try:
-            session = boto3.Session(profile_name=args.profile, region_name=env.region)
-            eks = session.client("eks", region_name=env.region, endpoint_url=endpoints.get("eks") or endpoints.get("*"))
-        except BotoCoreError as exc:
-            raise ConnectError(f"AWS session: {exc}") from None
-        access = describe_cluster(eks, name, env.region)
-        return api_client_for_eks(access, TokenSource(lambda: eks_token(session, env.region, name)))
+        return api_client(
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            region=env.region,
+            cluster=args.cluster or env.cluster.name,
+            profile=args.profile,
+            endpoint_urls=endpoints,
+        )
 
     return connect
 
 
 def run(args: argparse.Namespace) -> int:
-    def say(message: str) -> None:
-        sys.stderr.write(f"trainctl: {message}\n")
-        sys.stderr.flush()
-
     endpoints: dict[str, str] = dict(args.endpoint_url)
     report = scaling.scale(
         args.env,
@@ -127,14 +100,7 @@ def run(args: argparse.Namespace) -> int:
         wait_s=args.wait,
         poll_s=scaling.POLL_S,
         request_timeout=args.request_timeout,
-        say=say,
+        say=Progress.for_args(args).say,
         cluster_name=args.cluster,
     )
-    if args.json:
-        sys.stdout.write(to_json(report.to_json()) + "\n")
-        sys.stderr.write(report.render()[1])
-    else:
-        out, err = report.render()
-        sys.stdout.write(out)
-        sys.stderr.write(err)
-    return int(report.exit_code)
+    return emit(report, as_json=args.json)
