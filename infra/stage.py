@@ -209,11 +209,6 @@ class PlatformStage(Stage):
                 Tags.of(stack).add(key, value)
 
     @property
-    def stack(self) -> PlatformStack:
-        """The Platform stack (network, cluster, add-ons)."""
-        return self.platform
-
-    @property
     def stacks(self) -> list[Stack]:
         """Every stack of the environment, in deploy order: Platform, Storage, then each GPU group."""
         rest: list[Stack] = [self.storage] if self.storage is not None else []

@@ -172,13 +172,36 @@ def command_modules() -> set[str]:
 
 def test_no_trainctl_command_imports_another() -> None:
     commands = command_modules()
-    assert {"trainctl.preflight.command", "trainctl.capacity", "trainctl.commands.rehearse"} <= commands
+    assert {
+        "trainctl.preflight.command",
+        "trainctl.capacity",
+        "trainctl.commands.rehearse",
+        "trainctl.commands.scale",
+    } <= (commands)
     wrong = [
         f"{path.relative_to(ROOT)}:{line}: {name} imports {target}"
         for name, target, path, line in edges()
         if name in commands and target in commands and target != name
     ]
     assert not wrong, f"a command imports another command (share a library module instead): {wrong}"
+
+
+SHELL = ("trainctl.cli", "trainctl.__main__")
+"""The parser that lists every command: the only trainctl modules outside trainctl/commands/ that import it."""
+
+
+def test_the_trainctl_library_never_imports_the_commands() -> None:
+    """trainctl.commands may import the client modules (aws, eks_auth, kube, scale, ...), never the reverse,
+    so the client modules read as a library."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: {name} imports {target}"
+        for name, target, path, line in edges()
+        if within(name, "trainctl")
+        and not within(name, "trainctl.commands")
+        and name not in SHELL
+        and within(target, "trainctl.commands")
+    ]
+    assert not wrong, f"the trainctl library imports a command (trainctl/commands/): {wrong}"
 
 
 def documented_layers() -> tuple[dict[str, tuple[str, ...]], set[tuple[str, str]]]:

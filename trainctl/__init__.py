@@ -1,6 +1,7 @@
 """`trainctl`: the operator CLI of the training platform (`python -m trainctl --help`).
 
-Subcommands live in their own modules and are listed in `trainctl.cli` (SUBCOMMANDS): pin,
-fabric-check, preflight (trainctl/preflight/), submit, status, logs, capacity, scale, rehearse
-(trainctl/commands/) and goodput. Exit codes are shared by every subcommand (trainctl.exit_codes).
+Subcommands are listed in `trainctl.cli` (SUBCOMMANDS): pin, fabric-check, preflight (trainctl/preflight/),
+submit, status, logs, capacity, goodput, and under trainctl/commands/ scale, rehearse, plan and drain. They
+share one shell: flags (trainctl.flags), output (trainctl.output.emit), progress (trainctl.progress), the
+AWS client (trainctl.aws) and the EKS connection (trainctl.eks_auth); exit codes in trainctl.exit_codes.
 """

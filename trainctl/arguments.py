@@ -1,5 +1,6 @@
-"""argparse value types shared by the subcommands: bounded seconds, node counts, AWS region names and
-[KEY=]URL overrides, each refused with a clear message."""
+"""argparse value types shared by the subcommands: environment names, bounded seconds, node counts, AWS
+region names and [KEY=]URL overrides, each refused with a clear message (trainctl/flags.py declares the
+flags that use them)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,20 @@ import argparse
 import re
 from collections.abc import Callable, Collection
 
+from infra.spec import get_environment
+from infra.spec.errors import ConfigError
 from trainctl.aws import ALL_SERVICES, SERVICES
+
+
+def environment_name(text: str) -> str:
+    """One of infra/spec's ENVIRONMENTS (the name; infra.spec.get_environment gives the Environment)."""
+    try:
+        get_environment(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(
+            f"unknown environment {text!r}; known: {exc.allowed} (declared in infra/spec/environments.py)"
+        ) from None
+    return text
 
 
 def seconds(upper: float) -> Callable[[str], float]:

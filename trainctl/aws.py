@@ -1,7 +1,10 @@
-"""The AWS calls of `trainctl preflight`, and nothing else: one boto3 Session, a client per service.
+"""The AWS client of trainctl: every AWS call any command makes is a method of `Aws` (one boto3 Session,
+a client per service), and nothing else calls boto3 for a service API (trainctl.eks_auth makes the EKS
+connection's token and DescribeCluster, trainctl.ecr the ECR login token for `pin`).
 
-Every method is one read-only API call (all pages of it where the API pages) and returns the
-dicts boto3 returns; judging them is trainctl.preflight's job. Every failure becomes an
+Every method is one API call (all pages of it where the API pages) and returns the dicts boto3 returns;
+judging them is the caller's job (trainctl.preflight, capacity, scale). Only the reservation create and
+cancel and the node group update change anything. Every failure becomes an
 AwsError whose `kind` says what went wrong: no credentials, an endpoint that cannot be
 reached, access denied, a resource that does not exist, an API the installed botocore does
 not know, or any other service error. Nothing here raises a botocore exception.
@@ -109,7 +112,7 @@ def classify(exc: Exception, api: str) -> AwsError:
 
 
 class Aws:
-    """Read-only calls against one region; clients are made on first use, credentials resolved once."""
+    """Calls against one region; clients are made on first use, credentials resolved once."""
 
     def __init__(
         self,
@@ -412,145 +415,148 @@ class Aws:
             raise
         return [dict(r) for page in pages for r in page.get("StackResourceSummaries", [])]
 
+    # --- capacity and scaling (trainctl capacity, trainctl scale) -------------------------------
+    # Unlike the reads above, create_capacity_reservation, cancel_capacity_reservation and
+    # update_nodegroup_scaling change things (and the first one costs money).
 
-# --- capacity and scaling (trainctl capacity, trainctl scale) ----------------------------------
-# Module functions over an Aws (its clients, paging and error classification). Unlike the
-# methods above, create_capacity_reservation, cancel_capacity_reservation and
-# update_nodegroup_scaling change things (and the first one costs money).
+    def availability_zones(self) -> list[dict[str, Any]]:
+        """The region's availability zones (not Local or Wavelength Zones), with ZoneName and ZoneId."""
+        pages = self._invoke(
+            "ec2",
+            "describe_availability_zones",
+            "ec2:DescribeAvailabilityZones",
+            Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}],
+        )
+        return [dict(z) for page in pages for z in page.get("AvailabilityZones", [])]
+
+    def running_vcpus(self, type_prefixes: Sequence[str]) -> int:
+        """vCPUs of the pending and running instances whose type starts with one of `type_prefixes`
+        (what counts against an On-Demand vCPU quota; Spot instances have their own quotas)."""
+        pages = self._invoke(
+            "ec2",
+            "describe_instances",
+            "ec2:DescribeInstances",
+            Filters=[
+                {"Name": "instance-type", "Values": [f"{prefix}*" for prefix in type_prefixes]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ],
+        )
+        total = 0
+        for page in pages:
+            for reservation in page.get("Reservations", []):
+                for instance in reservation.get("Instances", []):
+                    if instance.get("InstanceLifecycle") == "spot":
+                        continue
+                    cpu = instance.get("CpuOptions", {})
+                    total += int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
+        return total
+
+    def spot_placement_scores(self, instance_type: str, count: int, regions: Sequence[str]) -> list[dict[str, Any]]:
+        """Per-AZ scores (1-10) for `count` Spot instances of one type; entries carry AvailabilityZoneId, not the
+        zone's name. A recommendation only: "No score guarantees that your Spot request will be fully or
+        partially fulfilled" (EC2 API reference, GetSpotPlacementScores)."""
+        pages = self._invoke(
+            "ec2",
+            "get_spot_placement_scores",
+            "ec2:GetSpotPlacementScores",
+            InstanceTypes=[instance_type],
+            TargetCapacity=count,
+            TargetCapacityUnitType="units",
+            SingleAvailabilityZone=True,
+            RegionNames=list(regions),
+        )
+        return [dict(s) for page in pages for s in page.get("SpotPlacementScores", [])]
+
+    def create_capacity_reservation(
+        self,
+        *,
+        instance_type: str,
+        availability_zone: str,
+        count: int,
+        end_date: Any,
+        client_token: str,
+        tags: Mapping[str, str],
+    ) -> dict[str, Any]:
+        """An On-Demand Capacity Reservation, billed from the moment it is active until cancelled.
+
+        EndDateType limited: EC2 cancels it within an hour after `end_date` even if nobody does
+        (CreateCapacityReservation, EndDate). InstanceMatchCriteria targeted: no instance of the
+        account lands in it by accident. `client_token` makes a retried request idempotent, so a
+        timed-out first attempt cannot leave a second reservation behind."""
+        pages = self._invoke(
+            "ec2",
+            "create_capacity_reservation",
+            "ec2:CreateCapacityReservation",
+            InstanceType=instance_type,
+            InstancePlatform="Linux/UNIX",
+            AvailabilityZone=availability_zone,
+            InstanceCount=count,
+            InstanceMatchCriteria="targeted",
+            EndDateType="limited",
+            EndDate=end_date,
+            ClientToken=client_token,
+            TagSpecifications=[
+                {
+                    "ResourceType": "capacity-reservation",
+                    "Tags": [{"Key": key, "Value": value} for key, value in tags.items()],
+                }
+            ],
+        )
+        return dict(pages[0]["CapacityReservation"])
+
+    def cancel_capacity_reservation(self, reservation_id: str) -> bool:
+        pages = self._invoke(
+            "ec2",
+            "cancel_capacity_reservation",
+            "ec2:CancelCapacityReservation",
+            CapacityReservationId=reservation_id,
+        )
+        return bool(pages[0].get("Return"))
+
+    def describe_nodegroup(self, cluster: str, nodegroup: str) -> dict[str, Any]:
+        pages = self._invoke(
+            "eks", "describe_nodegroup", "eks:DescribeNodegroup", clusterName=cluster, nodegroupName=nodegroup
+        )
+        return dict(pages[0]["nodegroup"])
+
+    def update_nodegroup_scaling(
+        self, cluster: str, nodegroup: str, *, min_size: int, max_size: int, desired_size: int
+    ) -> dict[str, Any]:
+        """eks:UpdateNodegroupConfig with a new scalingConfig; the update (id, status) to follow (describe_update)."""
+        pages = self._invoke(
+            "eks",
+            "update_nodegroup_config",
+            "eks:UpdateNodegroupConfig",
+            clusterName=cluster,
+            nodegroupName=nodegroup,
+            scalingConfig={"minSize": min_size, "maxSize": max_size, "desiredSize": desired_size},
+        )
+        return dict(pages[0]["update"])
+
+    def describe_update(self, cluster: str, nodegroup: str, update_id: str) -> dict[str, Any]:
+        """One node group update: status InProgress, Successful, Failed or Cancelled, and its errors."""
+        pages = self._invoke(
+            "eks",
+            "describe_update",
+            "eks:DescribeUpdate",
+            name=cluster,
+            nodegroupName=nodegroup,
+            updateId=update_id,
+        )
+        return dict(pages[0]["update"])
+
 
 PROBE_TAG = "trainctl:capacity-probe"
 """Tag key on the reservations `trainctl capacity --probe` creates (value: the environment)."""
 
 
-def availability_zones(aws: Aws) -> list[dict[str, Any]]:
-    """The region's availability zones (not Local or Wavelength Zones), with ZoneName and ZoneId."""
-    pages = aws._invoke(
-        "ec2",
-        "describe_availability_zones",
-        "ec2:DescribeAvailabilityZones",
-        Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}],
-    )
-    return [dict(z) for page in pages for z in page.get("AvailabilityZones", [])]
-
-
-def running_vcpus(aws: Aws, type_prefixes: Sequence[str]) -> int:
-    """vCPUs of the pending and running instances whose type starts with one of `type_prefixes`
-    (what counts against an On-Demand vCPU quota; Spot instances have their own quotas)."""
-    pages = aws._invoke(
-        "ec2",
-        "describe_instances",
-        "ec2:DescribeInstances",
-        Filters=[
-            {"Name": "instance-type", "Values": [f"{prefix}*" for prefix in type_prefixes]},
-            {"Name": "instance-state-name", "Values": ["pending", "running"]},
-        ],
-    )
-    total = 0
-    for page in pages:
-        for reservation in page.get("Reservations", []):
-            for instance in reservation.get("Instances", []):
-                if instance.get("InstanceLifecycle") == "spot":
-                    continue
-                cpu = instance.get("CpuOptions", {})
-                total += int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
-    return total
-
-
-def spot_placement_scores(aws: Aws, instance_type: str, count: int, regions: Sequence[str]) -> list[dict[str, Any]]:
-    """Per-AZ scores (1-10) for `count` Spot instances of one type; entries carry AvailabilityZoneId, not the
-    zone's name. A recommendation only: "No score guarantees that your Spot request will be fully or
-    partially fulfilled" (EC2 API reference, GetSpotPlacementScores)."""
-    pages = aws._invoke(
-        "ec2",
-        "get_spot_placement_scores",
-        "ec2:GetSpotPlacementScores",
-        InstanceTypes=[instance_type],
-        TargetCapacity=count,
-        TargetCapacityUnitType="units",
-        SingleAvailabilityZone=True,
-        RegionNames=list(regions),
-    )
-    return [dict(s) for page in pages for s in page.get("SpotPlacementScores", [])]
-
-
-def create_capacity_reservation(
-    aws: Aws,
-    *,
-    instance_type: str,
-    availability_zone: str,
-    count: int,
-    end_date: Any,
-    client_token: str,
-    tags: Mapping[str, str],
-) -> dict[str, Any]:
-    """An On-Demand Capacity Reservation, billed from the moment it is active until cancelled.
-
-    EndDateType limited: EC2 cancels it within an hour after `end_date` even if nobody does
-    (CreateCapacityReservation, EndDate). InstanceMatchCriteria targeted: no instance of the
-    account lands in it by accident. `client_token` makes a retried request idempotent, so a
-    timed-out first attempt cannot leave a second reservation behind."""
-    pages = aws._invoke(
-        "ec2",
-        "create_capacity_reservation",
-        "ec2:CreateCapacityReservation",
-        InstanceType=instance_type,
-        InstancePlatform="Linux/UNIX",
-        AvailabilityZone=availability_zone,
-        InstanceCount=count,
-        InstanceMatchCriteria="targeted",
-        EndDateType="limited",
-        EndDate=end_date,
-        ClientToken=client_token,
-        TagSpecifications=[
-            {
-                "ResourceType": "capacity-reservation",
-                "Tags": [{"Key": key, "Value": value} for key, value in tags.items()],
-            }
-        ],
-    )
-    return dict(pages[0]["CapacityReservation"])
-
-
-def cancel_capacity_reservation(aws: Aws, reservation_id: str) -> bool:
-    pages = aws._invoke(
-        "ec2",
-        "cancel_capacity_reservation",
-        "ec2:CancelCapacityReservation",
-        CapacityReservationId=reservation_id,
-    )
-    return bool(pages[0].get("Return"))
-
-
-def describe_nodegroup(aws: Aws, cluster: str, nodegroup: str) -> dict[str, Any]:
-    pages = aws._invoke(
-        "eks", "describe_nodegroup", "eks:DescribeNodegroup", clusterName=cluster, nodegroupName=nodegroup
-    )
-    return dict(pages[0]["nodegroup"])
-
-
-def update_nodegroup_scaling(
-    aws: Aws, cluster: str, nodegroup: str, *, min_size: int, max_size: int, desired_size: int
-) -> dict[str, Any]:
-    """eks:UpdateNodegroupConfig with a new scalingConfig; the update (id, status) to follow with describe_update."""
-    pages = aws._invoke(
-        "eks",
-        "update_nodegroup_config",
-        "eks:UpdateNodegroupConfig",
-        clusterName=cluster,
-        nodegroupName=nodegroup,
-        scalingConfig={"minSize": min_size, "maxSize": max_size, "desiredSize": desired_size},
-    )
-    return dict(pages[0]["update"])
-
-
-def describe_update(aws: Aws, cluster: str, nodegroup: str, update_id: str) -> dict[str, Any]:
-    """One node group update: status InProgress, Successful, Failed or Cancelled, and its errors."""
-    pages = aws._invoke(
-        "eks",
-        "describe_update",
-        "eks:DescribeUpdate",
-        name=cluster,
-        nodegroupName=nodegroup,
-        updateId=update_id,
-    )
-    return dict(pages[0]["update"])
+# The module-level names these methods had before they were methods (Aws.availability_zones(aws) is
+# availability_zones(aws)), for callers written against them.
+availability_zones = Aws.availability_zones
+running_vcpus = Aws.running_vcpus
+spot_placement_scores = Aws.spot_placement_scores
+create_capacity_reservation = Aws.create_capacity_reservation
+cancel_capacity_reservation = Aws.cancel_capacity_reservation
+describe_nodegroup = Aws.describe_nodegroup
+update_nodegroup_scaling = Aws.update_nodegroup_scaling
+describe_update = Aws.describe_update

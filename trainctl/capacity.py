@@ -26,26 +26,24 @@ environment's gpu_availability_zone when it qualifies) and says what to change i
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.spec import ENVIRONMENTS, ConfigError, Environment, GpuNodeGroupConfig, get_environment
-from trainctl.arguments import aws_endpoint, node_count, region_name
+from infra.spec import ConfigError, Environment, GpuNodeGroupConfig, get_environment
+from trainctl import flags
+from trainctl.arguments import node_count, region_name
 from trainctl.aws import (
     Aws,
     AwsError,
-    availability_zones,
-    running_vcpus,
-    spot_placement_scores,
 )
 from trainctl.capacity_probe import POLL_S, PROBE_SETTLE_S, Probe, Verdict, probe_zone
 from trainctl.exit_codes import ExitCode
-from trainctl.output import table, to_json
+from trainctl.output import emit, table
 from trainctl.preflight.quota import quota_for
 from trainctl.preflight.results import ENVIRONMENT_TAG
+from trainctl.progress import Progress
 
 ENVIRONMENTS_FILE = "infra/spec/environments.py"
 # A column whose API call failed (see the notes under the table); the zone's verdict is then unknown.
@@ -264,7 +262,7 @@ def _region_zones(
 ) -> list[Zone]:
     region = aws.region
     try:
-        listed = availability_zones(aws)
+        listed = aws.availability_zones()
     except AwsError as exc:
         report.errors.append(f"zones of {region}: {exc.api}: {exc}")
         return []
@@ -297,7 +295,7 @@ def _region_zones(
                 zone.notes.append(f"no On-Demand vCPU quota known for {group.instance_type}; check it by hand")
             return
         value = float(aws.service_quota(quota.code)["Value"])
-        used = running_vcpus(aws, quota.families)
+        used = aws.running_vcpus(quota.families)
         for zone in zones:
             zone.quota, zone.used_vcpus = value, used
             if zone.headroom is not None and zone.headroom < 0:
@@ -330,7 +328,7 @@ def _region_zones(
     each("the VPC's subnets", subnets)
 
     def spot() -> None:
-        scores = spot_placement_scores(aws, group.instance_type, nodes, [region])
+        scores = aws.spot_placement_scores(group.instance_type, nodes, [region])
         by_id = {str(s.get("AvailabilityZoneId")): s.get("Score") for s in scores if s.get("Region") in (None, region)}
         for zone in zones:
             score = by_id.get(str(zone.zone_id))
@@ -434,7 +432,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "(bad arguments, unknown environment or group, no zone could be judged, interrupted, or a probe "
         "reservation could not be cancelled: its id and the command to cancel it are printed)",
     )
-    parser.add_argument("--env", required=True, metavar="NAME", help=f"the environment: {', '.join(ENVIRONMENTS)}")
+    flags.add_env(parser)
     parser.add_argument("--group", metavar="NAME", help="the GPU node group (default: the only one)")
     parser.add_argument(
         "--nodes",
@@ -451,24 +449,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="create an On-Demand Capacity Reservation for N nodes in each candidate zone and cancel it at once "
         "(billed for the seconds it exists)",
     )
-    parser.add_argument("--profile", help="the AWS profile (default: boto3's choice, e.g. AWS_PROFILE)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    parser.add_argument(
-        "--endpoint-url",
-        type=aws_endpoint,
-        action="append",
-        default=[],
-        metavar="[SERVICE=]URL",
-        help="send requests to another endpoint (ec2, service-quotas), e.g. a local emulator; repeatable",
-    )
+    flags.add_aws(parser, services=["ec2", "service-quotas"])
+    flags.add_output(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    def say(message: str) -> None:
-        sys.stderr.write(f"trainctl: {message}\n")
-        sys.stderr.flush()
-
     report, env = find_capacity(
         args.env,
         group_name=args.group,
@@ -477,12 +463,24 @@ def run(args: argparse.Namespace) -> int:
         probe=args.probe,
         profile=args.profile,
         endpoint_urls=dict(args.endpoint_url),
-        say=say,
+        say=Progress.for_args(args).say,
     )
-    out, err = report.render(env)
-    if args.json:
-        sys.stdout.write(to_json(report.to_json(env)) + "\n")
-    else:
-        sys.stdout.write(out)
-    sys.stderr.write(err)
-    return int(report.exit_code)
+    return emit(ForEnvironment(report, env), as_json=args.json)
+
+
+@dataclass(frozen=True)
+class ForEnvironment:
+    """The report with the environment its advice names (trainctl.output.Report)."""
+
+    report: CapacityReport
+    env: Environment | None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.report.exit_code
+
+    def to_json(self) -> dict[str, Any]:
+        return self.report.to_json(self.env)
+
+    def render(self) -> tuple[str, str]:
+        return self.report.render(self.env)

@@ -18,8 +18,6 @@ from trainctl.aws import (
     PROBE_TAG,
     Aws,
     AwsError,
-    cancel_capacity_reservation,
-    create_capacity_reservation,
 )
 
 PROBE_LIFETIME = timedelta(hours=1)
@@ -147,7 +145,7 @@ def _cancel(
     last = "not tried"
     for attempt in range(1, attempts + 1):
         try:
-            cancel_capacity_reservation(aws, rid)
+            aws.cancel_capacity_reservation(rid)
         except AwsError as exc:
             last = f"{exc.api}: {exc}"
             if exc.code != "InvalidCapacityReservationId.NotFound":
@@ -195,8 +193,7 @@ def probe_zone(
     try:
         with _signals_raise():
             try:
-                created = create_capacity_reservation(
-                    aws,
+                created = aws.create_capacity_reservation(
                     instance_type=instance_type,
                     availability_zone=zone,
                     count=count,

@@ -2,8 +2,10 @@
 
 A subcommand module provides `add_parser(subparsers)`, which registers its parser and sets
 `run` (args -> exit code, see trainctl.exit_codes) as a default. To add one, write the module
-(a thin command under trainctl/commands/ over a library module, like commands/rehearse.py) and
-list it in SUBCOMMANDS; a command never imports another (tests/test_layers.py).
+(a thin command under trainctl/commands/ over a library module, like commands/scale.py: its flags from
+trainctl.flags, its report printed with trainctl.output.emit, its progress through
+trainctl.progress.Progress.for_args) and list it in SUBCOMMANDS; a command never imports another, and
+the library never imports a command (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from trainctl import capacity, fabric_check, goodput, logs, pin, scale, status, submit
-from trainctl.commands import drain, plan, rehearse
+from trainctl import capacity, fabric_check, goodput, logs, pin, status, submit
+from trainctl.commands import drain, plan, rehearse, scale
 from trainctl.exit_codes import ExitCode
 from trainctl.preflight import command as preflight
 

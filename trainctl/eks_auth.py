@@ -6,7 +6,8 @@ The bearer token is the one `aws eks get-token` makes: a presigned STS GetCaller
 EKS accepts it for 15 minutes; the client renews it every 10 (TokenSource). The endpoint and CA
 come from `eks:DescribeCluster`. The cluster is named after the environment (infra/cluster.py
 passes ClusterConfig.name as cluster_name), so `--env` alone says region and cluster;
-`--cluster` overrides the name, `--kubeconfig` skips AWS altogether.
+`--cluster` overrides the name, `--kubeconfig` skips AWS altogether. `api_client` is the one
+connection every command makes (status, logs, submit, drain through `connect`; scale directly).
 
 The API endpoint is private (EndpointAccess.PRIVATE): run trainctl from inside the VPC
 (VPN, bastion, a peered network), as kubectl would have to.
@@ -23,15 +24,15 @@ import os
 import shlex
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.spec import ENVIRONMENTS, get_environment
-from infra.spec.errors import ConfigError
+from infra.spec import get_environment
 from infra.spec.namespaces import RAY
 from trainctl.arguments import seconds
+from trainctl.flags import add_env
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -230,10 +231,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         "or --kubeconfig. The endpoint is private: run from inside the VPC.",
     )
     source = group.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--env",
-        choices=sorted(ENVIRONMENTS),
-        help="environment (infra/spec/environments.py): its region and EKS cluster (named after ClusterConfig.name)",
+    add_env(
+        source, required=False, help="the environment, for its region and EKS cluster (named after ClusterConfig.name)"
     )
     source.add_argument("--kubeconfig", type=Path, metavar="FILE", help="use this kubeconfig instead of AWS")
     group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
@@ -274,6 +273,42 @@ def connection_flags(args: argparse.Namespace) -> str:
     return " ".join(flags)
 
 
+def eks_api_client(
+    region: str, cluster: str, *, profile: str | None = None, endpoint_urls: Mapping[str, str] | None = None
+) -> Any:
+    """The one EKS connection of every command: endpoint and CA from eks:DescribeCluster, the token signed
+    with the same session. `endpoint_urls` (--endpoint-url, trainctl.aws.SERVICES keys) may send eks
+    elsewhere; unset, boto3 picks the region's endpoint (or AWS_ENDPOINT_URL_EKS)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    endpoints = endpoint_urls or {}
+    try:
+        session = boto3.Session(profile_name=profile, region_name=region)
+        eks = session.client("eks", region_name=region, endpoint_url=endpoints.get("eks") or endpoints.get("*"))
+    except BotoCoreError as exc:
+        raise ConnectError(f"AWS session: {exc}") from None
+    access = describe_cluster(eks, cluster, region)
+    return api_client_for_eks(access, TokenSource(lambda: eks_token(session, region, cluster)))
+
+
+def api_client(
+    *,
+    kubeconfig: Path | None,
+    context: str | None,
+    region: str,
+    cluster: str,
+    profile: str | None = None,
+    endpoint_urls: Mapping[str, str] | None = None,
+) -> Any:
+    """The Kubernetes API client the connection flags describe: the kubeconfig's, or the EKS cluster's."""
+    if kubeconfig is not None:
+        return api_client_from_kubeconfig(kubeconfig, context)
+    if context:
+        raise ConnectError("--context goes with --kubeconfig")
+    return eks_api_client(region, cluster, profile=profile, endpoint_urls=endpoint_urls)
+
+
 def connect(args: argparse.Namespace) -> Target:
     """The Target the connection arguments describe; ConnectError says why there is none."""
     namespace: str = args.namespace
@@ -285,23 +320,9 @@ def connect(args: argparse.Namespace) -> Target:
             raise ConnectError("--cluster and --profile go with --env, not with --kubeconfig")
         api = api_client_from_kubeconfig(args.kubeconfig, args.context)
         return Target(api, namespace, ray_cluster, f"kubeconfig {args.kubeconfig}", timeout, flags)
-    if args.context:
-        raise ConnectError("--context goes with --kubeconfig")
-    try:
-        environment = get_environment(args.env)
-    except ConfigError as exc:
-        raise ConnectError(str(exc)) from None
-    region = environment.region
+    environment = get_environment(args.env)  # trainctl.flags.add_env checked the name
     name: str = args.cluster or environment.cluster.name
-    import boto3
-    from botocore.exceptions import BotoCoreError
-
-    try:
-        session = boto3.Session(profile_name=args.profile, region_name=region)
-        eks = session.client("eks", region_name=region)
-    except BotoCoreError as exc:
-        raise ConnectError(f"AWS session: {exc}") from None
-    access = describe_cluster(eks, name, region)
-    tokens = TokenSource(lambda: eks_token(session, region, name))
-    api = api_client_for_eks(access, tokens)
-    return Target(api, namespace, ray_cluster, f"EKS cluster {name} ({region})", timeout, flags)
+    api = api_client(
+        kubeconfig=None, context=args.context, region=environment.region, cluster=name, profile=args.profile
+    )
+    return Target(api, namespace, ray_cluster, f"EKS cluster {name} ({environment.region})", timeout, flags)

@@ -43,6 +43,7 @@ from typing import Any
 
 from infra.spec.instances import INSTANCE_TYPES
 from infra.spec.operating import NODE_MTBF, OPERATING
+from trainctl import flags
 from trainctl.exit_codes import ExitCode
 from training.journal import JOURNAL_FILE, Event
 
@@ -405,7 +406,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--nodes", type=int, default=None, help="nodes of the job (default: from the ranks)")
     parser.add_argument("--baseline-step-s", type=float, default=None, help="expected seconds per step")
     parser.add_argument("--slow-factor", type=float, default=DEFAULT_SLOW_FACTOR, help="slow: above factor x baseline")
-    parser.add_argument("--json", action="store_true", help="one JSON document")
+    flags.add_output(parser, quiet=False)
     parser.add_argument("--chart", type=Path, default=None, help="write a PNG chart of the causes here")
     parser.set_defaults(run=run)
 

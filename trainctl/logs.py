@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from trainctl import flags
 from trainctl.eks_auth import ConnectError, Target, add_connection_arguments, connect
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import (
@@ -186,11 +187,18 @@ def read_pods(
     return errors
 
 
-def read_job(target: Target, submission_id: str, collector: LogCollector, *, follow: bool = False) -> list[str]:
+def read_job(
+    target: Target,
+    submission_id: str,
+    collector: LogCollector,
+    *,
+    follow: bool = False,
+    progress: Progress | None = None,
+) -> list[str]:
     """`ray job logs ID` in the head pod, into the collector as source job/ID."""
     head = find_head_pod(target.api, target.namespace, target.ray_cluster, timeout=target.request_timeout)
     source = f"job/{submission_id}"
-    progress = Progress()
+    progress = progress or Progress()
     result = exec_in_pod(
         target.api,
         head,
@@ -247,7 +255,7 @@ def worker_pods(target: Target) -> list[Pod]:
 
 def collect(args: argparse.Namespace, target: Target, collector: LogCollector) -> list[str]:
     if args.job is not None:
-        return read_job(target, args.job, collector, follow=args.follow)
+        return read_job(target, args.job, collector, follow=args.follow, progress=Progress.for_args(args))
     if args.workers:
         pods = worker_pods(target)
     else:
@@ -296,7 +304,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--fabric", action="store_true", help="print the NCCL fabric verdict on the logs instead of the logs"
     )
-    parser.add_argument("--json", action="store_true", help="with --fabric: the verdict as JSON")
+    flags.add_output(parser, json_help="with --fabric: the verdict as JSON")
     parser.set_defaults(run=run)
 
 

@@ -1,10 +1,39 @@
-"""Plain-text tables for humans; every subcommand also offers --json for machines."""
+"""What a command prints: one report protocol and one `emit`, plain-text tables for humans and one JSON
+document (--json) for machines.
+
+A command gathers a report (its library module's job) and hands it to `emit`, which prints it: the
+printers stay apart from the gathering, as kueuectl keeps each list's printer in its own file
+(cmd/kueuectl/app/list/list_workload_printer.go beside list_workload.go). Every report says its exit
+code, its JSON document and its text for stdout and stderr; with --json stdout is the document and stderr
+the same as without.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, TextIO
+
+
+class Report(Protocol):
+    @property
+    def exit_code(self) -> int: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    def render(self) -> tuple[str, str]:
+        """(stdout, stderr) for humans: the tables and summary; warnings and errors."""
+        ...
+
+
+def emit(report: Report, *, as_json: bool, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Print the report (the JSON document or the text on stdout, its errors on stderr); its exit code."""
+    text, errors = report.render()
+    (out or sys.stdout).write(to_json(report.to_json()) + "\n" if as_json else text)
+    (err or sys.stderr).write(errors)
+    return int(report.exit_code)
+
 
 # The STATUS of a check that could not run (no credentials, unreachable, access denied): no verdict,
 # never FAIL. Every table of every subcommand uses this label.

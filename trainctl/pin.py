@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -22,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from k8s.images import DIGEST, LOCK_PATH, ImageLock, ImageLockError
+from trainctl import flags
 from trainctl.arguments import seconds
 from trainctl.ecr import EcrClientFactory, boto3_ecr_clients, ecr_providers
 from trainctl.exit_codes import ExitCode
-from trainctl.output import NOT_RUN, short_digest, table, to_json
+from trainctl.output import NOT_RUN, emit, short_digest, table
 from trainctl.registry import (
     DEFAULT_TIMEOUT,
     INDEX_MEDIA_TYPES,
@@ -399,7 +399,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         dest="assignments",
         help="pin NAME by hand, without network (repeatable); REF must equal the lock's reference for NAME",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    flags.add_output(parser, quiet=False)
     parser.add_argument(
         "--timeout",
         type=seconds(120),
@@ -411,9 +411,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="use plain http for registries on 127.0.0.0/8, localhost or [::1] (local test registries only)",
     )
-    parser.add_argument(
-        "--profile",
-        default=None,
+    flags.add_profile(
+        parser,
         help="AWS profile for private ECR registries in the lock (ecr:GetAuthorizationToken; default: the usual chain)",
     )
     parser.set_defaults(run=run)
@@ -447,10 +446,4 @@ def run(args: argparse.Namespace) -> int:
         )
         missing_only: bool = args.missing_only
         report = check(lock_path, client) if args.check else pin(lock_path, client, missing_only=missing_only)
-    if args.json:
-        sys.stdout.write(to_json(report.to_json()) + "\n")
-    else:
-        out, err = report.render()
-        sys.stdout.write(out)
-        sys.stderr.write(err)
-    return int(report.exit_code)
+    return emit(report, as_json=args.json)

@@ -1,4 +1,8 @@
-"""What trainctl is waiting for, on stderr (stdout stays for results), and output streamed from pods."""
+"""What trainctl is waiting for, and output streamed from pods.
+
+One rule in every command: progress lines go to stderr as `trainctl: MESSAGE` (stdout stays for results,
+so `--json` does not change them), whether or not stderr is a terminal, and `--quiet` (trainctl/flags.py)
+turns them off; errors are printed either way. `for_args` makes the reporter a command uses."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator
-from typing import TextIO
+from typing import Any, TextIO
 
 SLOW_STEP_S = 1.0
 """Steps that take longer than this also say when they are done."""
@@ -26,14 +30,22 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, *, quiet: bool = False) -> None:
         self._stream = stream
+        self.quiet = quiet
+
+    @classmethod
+    def for_args(cls, args: Any, stream: TextIO | None = None) -> Progress:
+        """The reporter of a command whose parser has trainctl.flags.add_output (--quiet)."""
+        return cls(stream, quiet=bool(getattr(args, "quiet", False)))
 
     @property
     def stream(self) -> TextIO:
         return self._stream if self._stream is not None else sys.stderr
 
     def say(self, message: str) -> None:
+        if self.quiet:
+            return
         self.stream.write(f"trainctl: {message}\n")
         self.stream.flush()
 

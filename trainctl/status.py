@@ -16,11 +16,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainctl import gate_taints
+from trainctl import flags, gate_taints
 from trainctl.eks_auth import ConnectError, Target, add_connection_arguments, connect
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import KubeError, Pod, api_errors, find_head_pod
-from trainctl.output import table, to_json
+from trainctl.output import emit, table
 from trainctl.progress import Progress
 from trainctl.ray_jobs import RayJob, iso_time, list_jobs
 
@@ -188,7 +188,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "a failed job is listed, not an error",
     )
     add_connection_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    flags.add_output(parser)
     parser.set_defaults(run=run)
 
 
@@ -199,13 +199,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return int(ExitCode.ERROR)
     try:
-        report = collect(target, Progress() if sys.stderr.isatty() else None)  # on a terminal only
+        report = collect(target, Progress.for_args(args))
     finally:
         target.api.close()
-    if args.json:
-        sys.stdout.write(to_json(report.to_json()) + "\n")
-    else:
-        out, err = report.render()
-        sys.stdout.write(out)
-        sys.stderr.write(err)
-    return int(report.exit_code)
+    return emit(report, as_json=args.json)

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from trainctl import flags
 from trainctl.eks_auth import ConnectError, Target, add_connection_arguments, connect
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import (
@@ -299,11 +300,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--no-wait", action="store_true", help="return once Ray accepted the job; print only its id on stdout"
     )
     job.add_argument("entrypoint", nargs="*", metavar="ENTRYPOINT", help="the command to run, after --")
+    flags.add_output(parser, json=False)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    progress = Progress()
+    progress = Progress.for_args(args)
     archive: Archive | None = None
     target: Target | None = None
     try:

@@ -52,9 +52,10 @@ class ThroughputBaseline:
         return self.tokens_per_step / self.tokens_per_s
 
 
-# Seed: the AWS Ray Train DLC sample's fabric A/B on 2 x g6.12xlarge (REFERENCE.md: EFA 0.5173 steps/s,
-# TCP 0.2513) at this platform's RayJob geometry (k8s/workloads.py: batch 4 x 1024 tokens x 8 workers =
-# 32,768 tokens per step). The sample's own batch geometry may differ: replace with the first measured run.
+# Seed: the AWS Ray Train DLC sample's published fabric A/B on 2 x g6.12xlarge (aws-samples/
+# sample-aws-deep-learning-containers, training/ray-train/: EFA 0.5173 steps/s, TCP 0.2513) at this
+# platform's RayJob geometry (k8s/workloads.py: batch 4 x 1024 tokens x 8 workers = 32,768 tokens per step).
+# The sample's own batch geometry may differ: replace with the first measured run.
 _SAMPLE_STEPS_PER_S = 0.5173
 _RAY_TOKENS_PER_STEP = 4 * 1024 * 8
 

@@ -202,7 +202,7 @@ def test_public_endpoint_is_opt_in_with_an_allow_list() -> None:
     )
     app = cdk.App(context=cdk_json_context())
     stage = PlatformStage(app, "open", environment=opened)
-    vpc_config = Template.from_stack(stage.stack).to_json()["Resources"]
+    vpc_config = Template.from_stack(stage.platform).to_json()["Resources"]
     cluster = next(v for v in vpc_config.values() if v["Type"] == "AWS::EKS::Cluster")["Properties"]
     assert cluster["ResourcesVpcConfig"]["EndpointPublicAccess"] is True
     assert cluster["ResourcesVpcConfig"]["EndpointPrivateAccess"] is True

@@ -361,7 +361,7 @@ def test_root_volume_too_small() -> None:
 
 def test_group_spanning_several_subnets_is_refused() -> None:
     stage = PlatformStage(cdk.App(context=cdk_json_context()), "span", environment=ENVIRONMENTS["dev"])
-    stack = stage.stack
+    stack = stage.platform
     with pytest.raises(ConfigError) as err:
         EfaNodeGroup(
             stack,

@@ -6,7 +6,7 @@ from kubernetes import client
 
 from tests.trainctl.fake_kube import ClusterKube, node_object
 from trainctl import gate_taints
-from trainctl.scale import Expectation, NodeView, node_problems
+from trainctl.node_readiness import Expectation, NodeView, node_problems
 from trainctl.status import StatusReport
 from training.fabric_gate import TAINT_KEY
 

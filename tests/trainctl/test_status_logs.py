@@ -123,7 +123,8 @@ def test_status_json(kube: FakeKube, head: FakeRayHead, kubeconfig: Path, capsys
     kube.rayjobs.append(RAYJOB)
     code, out, err = cli(capsys, "status", kubeconfig, "--json")
     assert code == ExitCode.OK
-    assert err == ""
+    # Progress and the report's warnings (stderr as without --json; the document has no warnings field).
+    assert [line.split(":")[0] for line in err.splitlines()] == ["trainctl", "warning"], err
     document: dict[str, Any] = json.loads(out)
     assert document["exit_code"] == 0
     assert document["errors"] == []

@@ -28,11 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.spec.namespaces import RAY, TRAINING_NAMESPACES
+from trainctl import flags
 from trainctl.arguments import seconds
 from trainctl.eks_auth import RAY_CLUSTER, ConnectError, add_connection_arguments, connect
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import KubeError, api_errors
-from trainctl.output import table, to_json
+from trainctl.output import emit, table
+from trainctl.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ class DrainReport:
             "exit_code": int(self.exit_code),
         }
 
-    def render(self) -> str:
+    def render(self) -> tuple[str, str]:
         out = [f"drain of {self.where}, namespaces {', '.join(self.namespaces)}"]
         out += [f"  deleted {name}" for name in self.deleted] or ["  nothing to delete"]
         out += [f"  released claim {name}" for name in self.released_claims]
@@ -103,10 +105,9 @@ class DrainReport:
             out.append(
                 table(["NAMESPACE", "KIND", "NAME", "WHY"], [[i.namespace, i.kind, i.name, i.why] for i in self.left])
             )
-        out += [f"error: {e}" for e in self.errors]
         if self.exit_code == ExitCode.OK:
             out.append("safe to destroy: no workload, Kueue Workload or claim in use is left")
-        return "\n".join(out)
+        return "\n".join(out) + "\n", "".join(f"error: {e}\n" for e in self.errors)
 
 
 def _finalizers(obj: dict[str, Any]) -> str:
@@ -267,7 +268,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--poll-interval", type=seconds(60), default=5.0, metavar="S", help="between surveys (default: %(default)g)"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    flags.add_output(parser)
     parser.set_defaults(run=run)
 
 
@@ -293,7 +294,6 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         poll_s=args.poll_interval,
         request_timeout=target.request_timeout,
-        say=(lambda _: None) if args.json else (lambda line: print(line, file=sys.stderr, flush=True)),
+        say=Progress.for_args(args).say,
     )
-    print(to_json(report.to_json()) if args.json else report.render())
-    return report.exit_code
+    return emit(report, as_json=args.json)

@@ -20,12 +20,14 @@ import json
 import re
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from infra.spec import ConfigError, Environment, get_environment
+from trainctl import flags
 from trainctl.exit_codes import ExitCode
-from trainctl.output import table
+from trainctl.output import emit, table
 from trainctl.template_plan import Plan, plan_templates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,18 +120,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog="exit codes: 0 nothing stateful replaced or all acknowledged, 1 an unacknowledged stateful or an "
         "impossible replacement, 2 could not run",
     )
-    parser.add_argument("--env", required=True, help="environment name (infra/spec/environments.py)")
+    flags.add_env(parser)
     parser.add_argument("--snapshot", type=Path, default=None, help="templates to compare with (default: committed)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    flags.add_output(parser, quiet=False)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        environment = get_environment(args.env)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.ERROR
+    environment = get_environment(args.env)  # trainctl.flags.add_env checked the name
     against: Path = args.snapshot or snapshot_path(environment.name)
     try:
         before: dict[str, dict[str, Any]] = json.loads(against.read_text())
@@ -142,8 +140,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.ERROR
     plan = plan_templates(before, after, acknowledged=environment.acknowledged_replacements)
-    if args.json:
-        print(json.dumps({"command": "plan", "env": environment.name, "against": str(against), **plan.to_json()}))
-    else:
-        print(render(plan, environment.name, against))
-    return plan.exit_code
+    return emit(PlanReport(plan, environment.name, against), as_json=args.json)
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """The plan of one environment against one snapshot (trainctl.output.Report)."""
+
+    plan: Plan
+    env: str
+    against: Path
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.plan.exit_code
+
+    def to_json(self) -> dict[str, Any]:
+        return {"command": "plan", "env": self.env, "against": str(self.against), **self.plan.to_json()}
+
+    def render(self) -> tuple[str, str]:
+        return render(self.plan, self.env, self.against) + "\n", ""

@@ -32,11 +32,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.spec import ENVIRONMENTS
 from rehearse import Kill, Options, RehearsalError, format_table, run
 from rehearse.admission import Admission, InputError, admit
 from rehearse.manifests import ManifestError, load
 from rehearse.scale import SCALES, parse_pairs
+from trainctl import flags
 from trainctl.exit_codes import ExitCode
 
 EPILOG = """exit codes:
@@ -64,7 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "-R", "--recursive", action="store_true", help="read directories recursively (as kubectl apply -R)"
     )
     parser.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="whole run (default: %(default)s)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    flags.add_output(parser)
     parser.add_argument(
         "--kill",
         action="append",
@@ -90,11 +90,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="DIR",
         help="a host directory every pod sees read-only at the same path (e.g. a local model); repeatable",
     )
-    parser.add_argument(
-        "--env",
-        default=None,
-        choices=sorted(ENVIRONMENTS),
-        help="run on environment E's cluster (infra/spec/environments.py): its nodes, kube-scheduler, Kueue",
+    flags.add_env(
+        parser,
+        required=False,
+        help="run on environment ENV's cluster: its nodes, kube-scheduler, Kueue",
     )
     parser.add_argument(
         "--nodes",
@@ -207,7 +206,7 @@ def run_command(args: argparse.Namespace) -> int:
             raise RehearsalError(str(exc)) from exc
         # Named now (the tiny model's path goes into the manifests), created only once the input is admitted.
         output_dir = (args.output_dir or Path(tempfile.gettempdir()) / f"rehearsal-{secrets.token_hex(4)}").resolve()
-        progress = Progress(echo=not args.json)
+        progress = Progress(echo=not args.quiet)
         small_model = output_dir / "scale-small" / "model" if args.scale == "small" else None
         admission = admit(
             manifests.objects,

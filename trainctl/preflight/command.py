@@ -41,37 +41,18 @@ denied) is a NOT RUN row (no verdict, never FAIL) whose reason starts with "coul
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import TextIO
 
-from infra.spec import ENVIRONMENTS
 from infra.spec.versions import HELM_CHARTS
-from trainctl.arguments import aws_endpoint, keyed_url, region_name
+from trainctl import flags
+from trainctl.arguments import keyed_url
 from trainctl.aws import SERVICES
-from trainctl.output import to_json
+from trainctl.output import emit
 from trainctl.preflight.chart import ALL_CHARTS
 from trainctl.preflight.runner import preflight
+from trainctl.progress import Progress
 
 # --chart-repository [CHART=]URL (--endpoint-url is trainctl.arguments.aws_endpoint, as in capacity and scale).
 _chart_repository = keyed_url(HELM_CHARTS, default=ALL_CHARTS, key_name="CHART")
-
-
-class StderrProgress:
-    """One line on stderr, rewritten per call, and cleared at the end; only on a terminal."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.shown = False
-
-    def __call__(self, message: str) -> None:
-        self.stream.write(f"\r\033[Kpreflight: checking {message} ...")
-        self.stream.flush()
-        self.shown = True
-
-    def clear(self) -> None:
-        if self.shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,28 +67,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "(unknown environment, bad arguments, or a check could not run and none failed: no credentials, "
         "endpoint unreachable, access denied)",
     )
-    parser.add_argument(
-        "--env",
-        required=True,
-        metavar="NAME",
-        help=f"the environment: {', '.join(ENVIRONMENTS)} (infra/spec/environments.py)",
-    )
-    parser.add_argument(
-        "--region",
-        type=region_name,
-        help="the region to ask (default: the environment's own; another one is warned about)",
-    )
-    parser.add_argument("--profile", help="the AWS profile (default: boto3's choice, e.g. AWS_PROFILE)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    parser.add_argument(
-        "--endpoint-url",
-        type=aws_endpoint,
-        action="append",
-        default=[],
-        metavar="[SERVICE=]URL",
-        help=f"send requests to another endpoint, e.g. a local emulator; SERVICE is one of {', '.join(SERVICES)} "
-        "(default: all of them); repeatable",
-    )
+    flags.add_env(parser)
+    flags.add_aws(parser, services=SERVICES, region=True)
+    flags.add_output(parser)
     parser.add_argument(
         "--chart-repository",
         type=_chart_repository,
@@ -121,26 +83,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    endpoints: dict[str, str] = dict(args.endpoint_url)
-    progress = StderrProgress(sys.stderr) if sys.stderr.isatty() else None
-    try:
-        report = preflight(
-            args.env,
-            region=args.region,
-            profile=args.profile,
-            endpoint_urls=endpoints,
-            chart_repositories=dict(args.chart_repository),
-            progress=progress,
-        )
-    finally:
-        if progress is not None:
-            progress.clear()
-    if args.json:
-        sys.stdout.write(to_json(report.to_json()) + "\n")
-        _, err = report.render()
-        sys.stderr.write(err)
-    else:
-        out, err = report.render()
-        sys.stdout.write(out)
-        sys.stderr.write(err)
-    return int(report.exit_code)
+    progress = Progress.for_args(args)
+    report = preflight(
+        args.env,
+        region=args.region,
+        profile=args.profile,
+        endpoint_urls=dict(args.endpoint_url),
+        chart_repositories=dict(args.chart_repository),
+        progress=lambda check: progress.say(f"checking {check} ..."),
+    )
+    return emit(report, as_json=args.json)

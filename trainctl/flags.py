@@ -1,0 +1,86 @@
+"""The flag groups trainctl's commands share, each declared once, so a flag means the same in every command.
+
+- `--env NAME`: one of infra/spec's ENVIRONMENTS; anything else is refused by argparse (exit 2, usage)
+  with the same message everywhere, naming the value and the known environments.
+- AWS: `--profile NAME`, `--endpoint-url [SERVICE=]URL` (repeatable) and, where a command may ask
+  another region than the environment's, `--region REGION`.
+- output: `--json` (one JSON document on stdout instead of the tables; what goes to stderr is the same
+  either way) and `--quiet` (no progress lines; trainctl.progress says where progress goes).
+
+Taken from: the AWS CLI declares its global options once (awscli/data/cli.json, "options": --profile,
+--region, --endpoint-url, --output ...) and every service command behaves the same under them; argparse
+takes no options before a subcommand's name here, so each command adds the groups it uses from this
+module instead of the parser having global ones. eksctl keeps flags in pkg/ctl (cmdutils' shared flag
+helpers such as AddRegionFlag and AddCommonFlagsForAWS) and the work in pkg/actions; a trainctl command's
+add_parser/run holds only flags and output, its library module the work. SkyPilot gathers its shared
+click options in one module (sky/client/cli/flags.py); this is that module for argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from infra.spec import ENVIRONMENTS
+from trainctl.arguments import aws_endpoint, environment_name, region_name
+
+Parser = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+def add_env(parser: Parser, *, required: bool = True, help: str | None = None) -> argparse.Action:
+    """--env NAME, checked against infra/spec/environments.py's ENVIRONMENTS."""
+    return parser.add_argument(
+        "--env",
+        required=required,
+        type=environment_name,  # its message for an unknown name; choices for the usage line and the docs test
+        choices=sorted(ENVIRONMENTS),
+        metavar="ENV",
+        help=(help or "the environment") + f": {', '.join(sorted(ENVIRONMENTS))} (infra/spec/environments.py)",
+    )
+
+
+def add_aws(
+    parser: Parser,
+    *,
+    services: Sequence[str],
+    region: bool = False,
+    profile_help: str = "the AWS profile (default: boto3's choice, e.g. AWS_PROFILE)",
+) -> None:
+    """--profile and --endpoint-url for a command that calls `services`; --region where it may ask another
+    region than the environment's (default: the environment's own)."""
+    if region:
+        parser.add_argument(
+            "--region",
+            type=region_name,
+            help="the region to ask (default: the environment's own; another one is warned about)",
+        )
+    add_profile(parser, help=profile_help)
+    add_endpoint_url(parser, services=services)
+
+
+def add_profile(parser: Parser, *, help: str = "the AWS profile (default: boto3's choice, e.g. AWS_PROFILE)") -> None:
+    parser.add_argument("--profile", metavar="NAME", help=help)
+
+
+def add_endpoint_url(parser: Parser, *, services: Sequence[str]) -> None:
+    parser.add_argument(
+        "--endpoint-url",
+        type=aws_endpoint,
+        action="append",
+        default=[],
+        metavar="[SERVICE=]URL",
+        help=f"send AWS requests ({', '.join(services)}; SERVICE one of them, default all) to another endpoint, "
+        "e.g. a local emulator; repeatable",
+    )
+
+
+def add_output(parser: Parser, *, json: bool = True, quiet: bool = True, json_help: str | None = None) -> None:
+    """--json (one JSON document on stdout) and --quiet (no progress lines on stderr)."""
+    if json:
+        parser.add_argument(
+            "--json", action="store_true", help=json_help or "print one JSON document instead of the table(s)"
+        )
+    if quiet:
+        parser.add_argument(
+            "--quiet", "-q", action="store_true", help="no progress lines on stderr (errors are still printed)"
+        )
