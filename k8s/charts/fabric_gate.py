@@ -5,7 +5,9 @@ resource (labels, annotations, unschedulable, every taint). So the identity is b
 
 - RBAC: a ServiceAccount `fabric-gate` in each gated namespace; a ClusterRole with `get` and `patch` on `nodes`
   (get: the gate reads the node's resourceVersion and taints before its JSON patch); a Role per namespace with
-  `create` on `events`. No list, watch, update, delete; no other resource; `nodes/status` is a subresource the
+  `create` on `events` (the workload's Events), and one in `default` bound to every gate identity (a Node's Events:
+  the API server accepts a cluster-scoped object's Events only there, training/fabric_gate.py
+  NODE_EVENT_NAMESPACE). No list, watch, update, delete; no other resource; `nodes/status` is a subresource the
   role does not name.
 - A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) bound with
   validationActions [Deny], matching UPDATE of nodes (a PATCH is admitted as an UPDATE) by those ServiceAccounts
@@ -25,7 +27,7 @@ from typing import Any
 import cdk8s
 from constructs import Construct
 
-from training.fabric_gate import SERVICE_ACCOUNT, TAINT_EFFECT, TAINT_KEY
+from training.fabric_gate import NODE_EVENT_NAMESPACE, SERVICE_ACCOUNT, TAINT_EFFECT, TAINT_KEY
 
 CLUSTER_ROLE = "fabric-gate-node-taint"
 EVENTS_ROLE = "fabric-gate-events"
@@ -115,6 +117,17 @@ class FabricGateChart(cdk8s.Chart):
                 roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE},
                 subjects=[_service_account(namespace)],
             )
+        _object(self, "events-nodes", RBAC, "Role", EVENTS_ROLE, NODE_EVENT_NAMESPACE, rules=events)
+        _object(
+            self,
+            "events-nodes-binding",
+            RBAC,
+            "RoleBinding",
+            EVENTS_ROLE,
+            NODE_EVENT_NAMESPACE,
+            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE},
+            subjects=[_service_account(ns) for ns in namespaces],
+        )
         nodes = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
         _object(self, "node-taint", RBAC, "ClusterRole", CLUSTER_ROLE, rules=nodes)
         _object(
