@@ -108,7 +108,7 @@ def _query_alarm(scope: Construct, rule: AlarmRule, *, name: str, actions: list[
 
 class GpuGroupAlarms(Construct):
     """One GPU group's alarms: fabric idle while GPUs are busy (composite), throughput under baseline
-    (per job), restarts per hour."""
+    (per job), restarts per hour, a failed fabric gate (training/fabric_gate.py's EMF metric)."""
 
     def __init__(
         self,
@@ -149,6 +149,9 @@ class GpuGroupAlarms(Construct):
         }
         self.restarts = _query_alarm(
             self, self.rules.restarts, name=f"{prefix}-{self.rules.restarts.name}", actions=actions
+        )
+        self.fabric_gate = _query_alarm(
+            self, self.rules.fabric_gate, name=f"{prefix}-{self.rules.fabric_gate.name}", actions=actions
         )
 
 

@@ -248,6 +248,9 @@ def drive(
             if c.done and id(c) not in reported:
                 reported.add(id(c))
                 admission.workload_finished(ref(c), c.state()[0])
+        problem = options.api.unemulated() if options.api is not None else None
+        if problem is not None:
+            raise RehearsalError(problem)
         if run_ended():
             for c in controllers:
                 if not c.done:
@@ -349,9 +352,14 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         log=options.log or (lambda _: None),
         clock=options.clock,
         node_addresses=options.node_addresses,
+        api=options.api,
     )
     try:
+        if options.api is not None:
+            options.api.start(network)
         return drive(prepared.controllers, runtime, options, output_dir=output_dir, network=network.kind, notes=notes)
     finally:
         runtime.close()
+        if options.api is not None:
+            options.api.close()
         network.close()

@@ -15,15 +15,19 @@ which the report states.
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import os
+import socket
 import subprocess
+import threading
 import time
 from typing import Protocol
 
 SUBNET = ipaddress.IPv4Network("10.244.0.0/16")
 GATEWAY = SUBNET.network_address + 1
 BRIDGE = "rh0"
+CLONE_NEWNET = 0x40000000
 
 
 class NetworkError(RuntimeError):
@@ -39,6 +43,10 @@ class Network(Protocol):
     def pod_config(self, address: str) -> dict[str, object] | None: ...
 
     def attach(self, namespace_pid: int) -> None: ...
+
+    def listen(self) -> tuple[socket.socket, str]:
+        """A listening TCP socket the pods can reach (the rehearsal's API server), and the address they use."""
+        ...
 
     def close(self) -> None: ...
 
@@ -98,6 +106,35 @@ class BridgeNetwork:
         self._hub_ip("link", "set", link, "master", BRIDGE)
         self._hub_ip("link", "set", link, "up")
 
+    def listen(self) -> tuple[socket.socket, str]:
+        """A socket on the gateway address inside the hub: made by a thread that joins the hub's network namespace
+        (setns(2) moves only the calling thread; a socket stays in the namespace it was made in)."""
+        made: list[socket.socket | BaseException] = []
+
+        def make() -> None:
+            libc = ctypes.CDLL(None, use_errno=True)
+            hub = os.open(f"/proc/{self._hub.pid}/ns/net", os.O_RDONLY)
+            try:
+                if libc.setns(hub, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns into the hub network namespace")
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind((str(GATEWAY), 0))
+                sock.listen(64)
+                made.append(sock)
+            except BaseException as exc:  # handed to the caller
+                made.append(exc)
+            finally:
+                os.close(hub)
+
+        # The thread ends in the hub's namespace and is gone; no other thread ever left the host's.
+        thread = threading.Thread(target=make, name="hub-listen")
+        thread.start()
+        thread.join()
+        result = made[0]
+        if isinstance(result, BaseException):
+            raise NetworkError(f"could not listen in the hub network namespace: {result}")
+        return result, str(GATEWAY)
+
     def close(self) -> None:
         if self._hub.poll() is None:
             self._hub.kill()
@@ -121,6 +158,12 @@ class LoopbackNetwork:
 
     def attach(self, namespace_pid: int) -> None:
         return None
+
+    def listen(self) -> tuple[socket.socket, str]:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        return sock, "127.0.0.1"
 
     def close(self) -> None:
         return None

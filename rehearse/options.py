@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rehearse.errors import RehearsalError
-from rehearse.seams import Admission, AlwaysAdmit, Clock, MonotonicClock, Placement, Unconstrained
+from rehearse.seams import Admission, AlwaysAdmit, ApiServer, Clock, MonotonicClock, Placement, Unconstrained
 
 _KILL = re.compile(r"^(?P<pod>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)@(?P<seconds>\d+(\.\d+)?)$")
 
@@ -52,6 +52,8 @@ class Options:
     tick_s: float = 0.1
     # Node name -> address, for the Downward API's status.hostIP of pods a Placement bound to a node.
     node_addresses: Mapping[str, str] = field(default_factory=dict)
+    # A Kubernetes API the pods reach (rehearse/seams.py ApiServer; the cluster rehearsal's), None: no API server.
+    api: ApiServer | None = None
 
     def __post_init__(self) -> None:
         if self.network not in ("auto", "loopback"):

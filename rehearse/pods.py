@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rehearse.network import Network
-from rehearse.seams import Clock, MonotonicClock
+from rehearse.seams import ApiServer, Clock, MonotonicClock
 from training.rehearsal import REHEARSAL_CPU, REHEARSAL_ENV
 
 # The repository (the parent of rehearse/): pods import rehearse.podinit from here, not from an installed copy.
@@ -189,8 +189,12 @@ class Runtime:
         log: Callable[[str], None] = lambda _: None,
         clock: Clock | None = None,
         node_addresses: Mapping[str, str] | None = None,
+        api: ApiServer | None = None,
     ) -> None:
         self.clock: Clock = clock or MonotonicClock()
+        self.api = api
+        # Per pod: what the API server gives its containers (address, token), before their own env.
+        self._api_env: dict[str, dict[str, str]] = {}
         # Node name -> its address (status.hostIP), for pods a cluster placement bound to a node.
         self.node_addresses = dict(node_addresses or {})
         self.output_dir = output_dir
@@ -280,6 +284,7 @@ class Runtime:
             "HOME": "/root",
             "HOSTNAME": plan.pod_hostname,
             "LANG": "C.UTF-8",
+            **self._api_env.get(plan.name, {}),
         }
         for source in container.get("envFrom", []):
             ref = source.get("configMapRef")
@@ -442,6 +447,8 @@ class Runtime:
             f"{CLUSTER_DOMAIN}\n"
         )
         files["/etc/hosts"].write_text("")
+        if self.api is not None:
+            self._api_env[plan.name] = self.api.pod_env(plan)
         spec = plan.spec
         try:
             init = [self._container(plan, c, address, directory) for c in spec.get("initContainers", [])]

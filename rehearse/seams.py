@@ -15,6 +15,10 @@ The run loop (rehearse/loop.py) asks, and never decides itself:
 tick which placed pods lost their node (their processes die at once, the pods stay until evicted) and which
 of them to evict now, with the DisruptionTarget reason (rehearse/cluster/placement.py: taint-based eviction).
 
+`ApiServer` (optional): a Kubernetes API the pods reach (rehearse/cluster/apiserver.py, with --env). The run
+starts it on the run's network, each pod's environment gets what `pod_env` gives (its address and the pod's
+token), and the loop stops the run (exit 2) as soon as `unemulated` names a request it could not emulate.
+
 `Clock` is the time every controller and the loop read: `MonotonicClock` for real runs, a fake clock
 (rehearse/fake.py) for controller unit tests that run in milliseconds.
 """
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from rehearse.network import Network
     from rehearse.pods import Pod, PodPlan
 
 
@@ -132,3 +137,17 @@ class AlwaysAdmit:
 
     def evictions(self) -> list[tuple[WorkloadRef, str]]:
         return []
+
+
+class ApiServer(Protocol):
+    def start(self, network: Network) -> None: ...
+
+    def pod_env(self, plan: PodPlan) -> dict[str, str]:
+        """Environment variables of the pod's containers (the API's address, the pod's token)."""
+        ...
+
+    def unemulated(self) -> str | None:
+        """The first request it could not emulate, if any."""
+        ...
+
+    def close(self) -> None: ...

@@ -82,6 +82,7 @@ WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster")
 PENDING_KINDS: dict[str, str] = {
     "Pod": "bare Pods are being taught to the rehearsal (issue 27, controller half)",
 }
+API = "with --env the rehearsal's API server (rehearse/cluster/apiserver.py)"
 INFRA_KINDS: dict[str, str] = {
     "Namespace": "accepted (namespaces are names here)",
     "ConfigMap": "honoured: data as files (configMap volumes) and env (configMapKeyRef, envFrom)",
@@ -90,11 +91,13 @@ INFRA_KINDS: dict[str, str] = {
     "PersistentVolume": "accepted (claims are directories here; with --env its node affinity binds the pods)",
     "StorageClass": "accepted (claims are directories here)",
     "Secret": "accepted as data; secret env and volumes are refused per field",
-    "ServiceAccount": "accepted (no API server: tokens are not mounted)",
-    "Role": "accepted (no API server)",
-    "RoleBinding": "accepted (no API server)",
-    "ClusterRole": "accepted (no API server)",
-    "ClusterRoleBinding": "accepted (no API server)",
+    "ServiceAccount": f"accepted; {API}: a pod's token (automountServiceAccountToken) authenticates as it",
+    "Role": f"accepted; {API}: authorizes the pods' requests",
+    "RoleBinding": f"accepted; {API}: authorizes the pods' requests",
+    "ClusterRole": f"accepted; {API}: authorizes the pods' requests (aggregationRule refused)",
+    "ClusterRoleBinding": f"accepted; {API}: authorizes the pods' requests",
+    "ValidatingAdmissionPolicy": f"accepted; {API}: admits node updates (resourceRules, matchConditions, validations)",
+    "ValidatingAdmissionPolicyBinding": f"accepted; {API}: validationActions Deny",
     "PriorityClass": "accepted (no preemption: every pod runs)",
     "PodDisruptionBudget": "accepted (no voluntary evictions here)",
     "LocalQueue": QUEUES,

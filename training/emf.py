@@ -39,6 +39,11 @@ NAMESPACE = "MLPlatform/Training"
 TOKENS_PER_SECOND = "TokensPerSecond"
 STEP_TIME = "StepTime"
 RESTARTS = "Restarts"
+# The fabric gate's (training/fabric_gate.py): 1 for a failed gate (FAIL or UNKNOWN), 0 for a pass; its cost and the
+# bus bandwidth it measured. The GPU group's gate alarm reads FABRIC_GATE_FAILED per instance type.
+FABRIC_GATE_FAILED = "FabricGateFailed"
+FABRIC_GATE_SECONDS = "FabricGateSeconds"
+FABRIC_GATE_BUSBW = "FabricGateBusBandwidth"
 # Dimension names, in the order of the widest dimension set.
 JOB_NAME = "JobName"
 MODEL = "Model"
@@ -51,6 +56,7 @@ THROUGHPUT_DIMENSIONS: tuple[tuple[str, ...], ...] = (
 )
 # Restarts per instance type: the GPU node group's alarm reads them.
 RESTART_DIMENSIONS: tuple[tuple[str, ...], ...] = ((INSTANCE_TYPE,), (JOB_NAME, INSTANCE_TYPE))
+FABRIC_GATE_DIMENSIONS = RESTART_DIMENSIONS
 
 # Set on the pods by the workload charts; the fallbacks keep CPU runs and tests working.
 AGENT_ENDPOINT_ENV = "AWS_EMF_AGENT_ENDPOINT"

@@ -70,6 +70,10 @@ TAINT_KEY = "platform/fabric-gate"
 TAINT_EFFECT = "NoSchedule"
 EVENT_REASON = "FabricGateFailed"
 SERVICE_ACCOUNT = "fabric-gate"
+# A cluster-scoped object's core/v1 Events (no eventTime) must be in namespace "default" (or ""): the API server
+# refuses any other (pkg/apis/core/validation/events.go legacyValidateEvent, Kubernetes 1.36), and client-go's
+# recorder puts a Node's Events there too.
+NODE_EVENT_NAMESPACE = "default"
 
 # Set on gated pods by the charts (k8s/charts/fabric_gate.py gate_env); the defaults keep local runs working.
 NODE_NAME_ENV = "NODE_NAME"
@@ -90,10 +94,10 @@ TERMINATION_LIMIT = 4096
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # A sweep of the rehearsal (gloo on CPU) uses small messages: its bandwidth means nothing, its mechanics do.
 REHEARSAL_MESSAGE_BYTES = 1 << 20
-EMF_FAILED = "FabricGateFailed"
-EMF_SECONDS = "FabricGateSeconds"
-EMF_BUSBW = "FabricGateBusBandwidth"
-EMF_DIMENSIONS: tuple[tuple[str, ...], ...] = ((emf.INSTANCE_TYPE,), (emf.JOB_NAME, emf.INSTANCE_TYPE))
+EMF_FAILED = emf.FABRIC_GATE_FAILED
+EMF_SECONDS = emf.FABRIC_GATE_SECONDS
+EMF_BUSBW = emf.FABRIC_GATE_BUSBW
+EMF_DIMENSIONS = emf.FABRIC_GATE_DIMENSIONS
 
 
 class Outcome(StrEnum):
@@ -550,7 +554,7 @@ def take_out(verdict: GateVerdict, api: KubeApi | None, *, namespace: str, workl
         except KubeError as exc:
             done.append(f"could not taint {node}: {exc}")
         try:
-            api.event(namespace, {"kind": "Node", "name": node, "apiVersion": "v1"}, message)
+            api.event(NODE_EVENT_NAMESPACE, {"kind": "Node", "name": node, "apiVersion": "v1"}, message)
             done.append(f"Event on node {node}")
         except KubeError as exc:
             done.append(f"could not post the Event on node {node}: {exc}")

@@ -34,6 +34,7 @@ from typing import Any
 from infra.spec.baselines import ThroughputBaseline, baselines_for
 from infra.spec.errors import ConfigError
 from infra.spec.metrics import (
+    JOB_FABRIC_GATE_FAILED,
     JOB_RESTARTS,
     JOB_TOKENS_PER_SECOND,
     NODE_EFA_RX_BYTES,
@@ -71,6 +72,8 @@ FABRIC_WINDOW_MINUTES = 10
 FABRIC_DATAPOINTS = 9
 THROUGHPUT_WINDOW_MINUTES = 5
 RESTARTS_PER_HOUR = 2.0
+# The fabric gate's failures are summed per 5 minutes: one failed gate is worth a page (it took a node out).
+FABRIC_GATE_PERIOD_S = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +108,7 @@ class GroupAlarms:
     efa_tx_idle: AlarmRule
     throughput: tuple[tuple[ThroughputBaseline, AlarmRule], ...]
     restarts: AlarmRule
+    fabric_gate: AlarmRule
 
     @property
     def fabric_children(self) -> tuple[AlarmRule, ...]:
@@ -195,6 +199,26 @@ def group_alarm_rules(*, cluster: str, group: str, instance_type: str) -> GroupA
             period_s=3600,
             evaluation_periods=1,
             datapoints_to_alarm=1,
+            missing=Missing.NOT_BREACHING,
+        ),
+        fabric_gate=AlarmRule(
+            name=f"{group}-fabric-gate-failed",
+            description=(
+                f"A job's fabric gate failed on {instance_type} (group {group}): it tainted the suspect node "
+                "platform/fabric-gate:NoSchedule and the job is re-placed, or failed after its bounded retries. "
+                "See which node and why: trainctl status, kubectl describe node NODE (Event FabricGateFailed). "
+                "After repair: kubectl taint node NODE platform/fabric-gate:NoSchedule- (docs/fabric-and-alarms.md)"
+            ),
+            query=None,
+            metric=JOB_FABRIC_GATE_FAILED,
+            dimensions={"InstanceType": instance_type},
+            statistic="Sum",
+            threshold=0.0,
+            comparison=Comparison.GREATER,
+            period_s=FABRIC_GATE_PERIOD_S,
+            evaluation_periods=1,
+            datapoints_to_alarm=1,
+            # No gate ran (no job started): nothing failed.
             missing=Missing.NOT_BREACHING,
         ),
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from training.emf import (
+    FABRIC_GATE_FAILED,
     INSTANCE_TYPE,
     JOB_NAME,
     MODEL,
@@ -81,10 +82,14 @@ JOB_TOKENS_PER_SECOND = MetricSchema(
 )
 JOB_STEP_TIME = MetricSchema(namespace=NAMESPACE, name=STEP_TIME, unit="Seconds", dimensions=THROUGHPUT_DIMENSIONS[0])
 JOB_RESTARTS = MetricSchema(namespace=NAMESPACE, name=RESTARTS, unit="Count", dimensions=(INSTANCE_TYPE,))
+JOB_FABRIC_GATE_FAILED = MetricSchema(
+    namespace=NAMESPACE, name=FABRIC_GATE_FAILED, unit="Count", dimensions=(INSTANCE_TYPE,)
+)
 
 __all__ = [
     "CONTAINER_INSIGHTS",
     "INSTANCE_TYPE",
+    "JOB_FABRIC_GATE_FAILED",
     "JOB_NAME",
     "JOB_RESTARTS",
     "JOB_STEP_TIME",

@@ -5,7 +5,9 @@ resource (labels, annotations, unschedulable, every taint). So the identity is b
 
 - RBAC: a ServiceAccount `fabric-gate` in each gated namespace; a ClusterRole with `get` and `patch` on `nodes`
   (get: the gate reads the node's resourceVersion and taints before its JSON patch); a Role per namespace with
-  `create` on `events`. No list, watch, update, delete; no other resource; `nodes/status` is a subresource the
+  `create` on `events` (the workload's Events), and one in `default` bound to every gate identity (a Node's Events:
+  the API server accepts a cluster-scoped object's Events only there, training/fabric_gate.py
+  NODE_EVENT_NAMESPACE). No list, watch, update, delete; no other resource; `nodes/status` is a subresource the
   role does not name.
 - A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) bound with
   validationActions [Deny], matching UPDATE of nodes (a PATCH is admitted as an UPDATE) by those ServiceAccounts
@@ -20,10 +22,12 @@ implementation over real node objects (tests/k8s/test_fabric_gate_rbac.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 import cdk8s
 from constructs import Construct
 
-from training.fabric_gate import SERVICE_ACCOUNT, TAINT_EFFECT, TAINT_KEY
+from training.fabric_gate import NODE_EVENT_NAMESPACE, SERVICE_ACCOUNT, TAINT_EFFECT, TAINT_KEY
 
 CLUSTER_ROLE = "fabric-gate-node-taint"
 EVENTS_ROLE = "fabric-gate-events"
@@ -65,96 +69,89 @@ def usernames(namespaces: tuple[str, ...]) -> list[str]:
     return [f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}" for namespace in namespaces]
 
 
+RBAC = "rbac.authorization.k8s.io/v1"
+ADMISSION = "admissionregistration.k8s.io/v1"
+
+
+def _object(
+    scope: Construct,
+    construct_id: str,
+    api_version: str,
+    kind: str,
+    name: str,
+    namespace: str | None = None,
+    **fields: Any,
+) -> cdk8s.ApiObject:
+    """An object with only a name (and namespace) in its metadata and `fields` (rules, roleRef, subjects, spec) at
+    the top level."""
+    obj = cdk8s.ApiObject(
+        scope,
+        construct_id,
+        api_version=api_version,
+        kind=kind,
+        metadata=cdk8s.ApiObjectMetadata(name=name, namespace=namespace),
+    )
+    for key, value in fields.items():
+        obj.add_json_patch(cdk8s.JsonPatch.add(f"/{key}", value))
+    return obj
+
+
+def _service_account(namespace: str) -> dict[str, str]:
+    return {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}
+
+
 class FabricGateChart(cdk8s.Chart):
     def __init__(self, scope: Construct, construct_id: str, *, namespaces: tuple[str, ...]) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
-        subjects = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns} for ns in namespaces]
+        events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
         for namespace in namespaces:
-            cdk8s.ApiObject(
-                self,
-                f"sa-{namespace}",
-                api_version="v1",
-                kind="ServiceAccount",
-                metadata=cdk8s.ApiObjectMetadata(name=SERVICE_ACCOUNT, namespace=namespace),
-            )
-            cdk8s.ApiObject(
-                self,
-                f"events-{namespace}",
-                api_version="rbac.authorization.k8s.io/v1",
-                kind="Role",
-                metadata=cdk8s.ApiObjectMetadata(name=EVENTS_ROLE, namespace=namespace),
-            ).add_json_patch(
-                cdk8s.JsonPatch.add("/rules", [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}])
-            )
-            binding = cdk8s.ApiObject(
+            _object(self, f"sa-{namespace}", "v1", "ServiceAccount", SERVICE_ACCOUNT, namespace)
+            _object(self, f"events-{namespace}", RBAC, "Role", EVENTS_ROLE, namespace, rules=events)
+            _object(
                 self,
                 f"events-binding-{namespace}",
-                api_version="rbac.authorization.k8s.io/v1",
-                kind="RoleBinding",
-                metadata=cdk8s.ApiObjectMetadata(name=EVENTS_ROLE, namespace=namespace),
+                RBAC,
+                "RoleBinding",
+                EVENTS_ROLE,
+                namespace,
+                roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE},
+                subjects=[_service_account(namespace)],
             )
-            binding.add_json_patch(
-                cdk8s.JsonPatch.add(
-                    "/roleRef", {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE}
-                ),
-                cdk8s.JsonPatch.add(
-                    "/subjects", [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
-                ),
-            )
-        cdk8s.ApiObject(
+        _object(self, "events-nodes", RBAC, "Role", EVENTS_ROLE, NODE_EVENT_NAMESPACE, rules=events)
+        _object(
             self,
-            "node-taint",
-            api_version="rbac.authorization.k8s.io/v1",
-            kind="ClusterRole",
-            metadata=cdk8s.ApiObjectMetadata(name=CLUSTER_ROLE),
-        ).add_json_patch(
-            cdk8s.JsonPatch.add("/rules", [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+            "events-nodes-binding",
+            RBAC,
+            "RoleBinding",
+            EVENTS_ROLE,
+            NODE_EVENT_NAMESPACE,
+            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE},
+            subjects=[_service_account(ns) for ns in namespaces],
         )
-        cdk8s.ApiObject(
+        nodes = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+        _object(self, "node-taint", RBAC, "ClusterRole", CLUSTER_ROLE, rules=nodes)
+        _object(
             self,
             "node-taint-binding",
-            api_version="rbac.authorization.k8s.io/v1",
-            kind="ClusterRoleBinding",
-            metadata=cdk8s.ApiObjectMetadata(name=CLUSTER_ROLE),
-        ).add_json_patch(
-            cdk8s.JsonPatch.add(
-                "/roleRef", {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE}
-            ),
-            cdk8s.JsonPatch.add("/subjects", subjects),
+            RBAC,
+            "ClusterRoleBinding",
+            CLUSTER_ROLE,
+            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
+            subjects=[_service_account(ns) for ns in namespaces],
         )
         names = ", ".join(f"'{u}'" for u in usernames(namespaces))
-        cdk8s.ApiObject(
-            self,
-            "policy",
-            api_version="admissionregistration.k8s.io/v1",
-            kind="ValidatingAdmissionPolicy",
-            metadata=cdk8s.ApiObjectMetadata(name=POLICY),
-        ).add_json_patch(
-            cdk8s.JsonPatch.add(
-                "/spec",
-                {
-                    "failurePolicy": "Fail",
-                    "matchConstraints": {
-                        "resourceRules": [
-                            {
-                                "apiGroups": [""],
-                                "apiVersions": ["v1"],
-                                "operations": ["UPDATE"],
-                                "resources": ["nodes"],
-                            }
-                        ]
-                    },
-                    "matchConditions": [
-                        {"name": "fabric-gate-identity", "expression": f"request.userInfo.username in [{names}]"}
-                    ],
-                    "validations": [{"expression": e, "message": m} for e, m in VALIDATIONS],
-                },
-            )
-        )
-        cdk8s.ApiObject(
-            self,
-            "policy-binding",
-            api_version="admissionregistration.k8s.io/v1",
-            kind="ValidatingAdmissionPolicyBinding",
-            metadata=cdk8s.ApiObjectMetadata(name=POLICY),
-        ).add_json_patch(cdk8s.JsonPatch.add("/spec", {"policyName": POLICY, "validationActions": ["Deny"]}))
+        policy = {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+                ]
+            },
+            "matchConditions": [
+                {"name": "fabric-gate-identity", "expression": f"request.userInfo.username in [{names}]"}
+            ],
+            "validations": [{"expression": e, "message": m} for e, m in VALIDATIONS],
+        }
+        _object(self, "policy", ADMISSION, "ValidatingAdmissionPolicy", POLICY, spec=policy)
+        binding = {"policyName": POLICY, "validationActions": ["Deny"]}
+        _object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)

@@ -12,6 +12,9 @@
   requeue backoff, node-loss timings) and in which the report's times are given. The pods' own processes
   run in wall time: at scale X a pod that sleeps 1 s takes X cluster seconds.
 
+- the ApiServer seam: the Kubernetes API the pods reach (apiserver.py: the fabric gate's node GET/PATCH and
+  Events, authorized by the files' RBAC and admission policies), over the same nodes the scheduler places on;
+
 `annotate` adds the cluster to the report: the environment, the factor, the nodes, and per workload Kueue's
 verdict (admitted or not, its reason, each requeue).
 """
@@ -29,6 +32,7 @@ from infra.spec import ConfigError, Environment, get_environment
 from infra.spec.checkpoint_volumes import checkpoint_manifests
 from infra.spec.kueue import kueue_props, manager_config
 from k8s.queueing import queue_objects
+from rehearse.cluster.apiserver import ClusterApi
 from rehearse.cluster.kueue import (
     Event,
     Kueue,
@@ -107,6 +111,7 @@ class ClusterSession:
     admission: RecordingKueueAdmission | None
     clock: Clock
     time_scale: float
+    api: ClusterApi | None = None
 
 
 def _storage_objects(env: Environment) -> list[dict[str, Any]]:
@@ -180,6 +185,7 @@ def cluster_options(
     placement = ClusterPlacement.for_objects(
         nodes, [*_storage_objects(env), *manifests], kills=node_kills, flavors=flavors
     )
+    api = ClusterApi(nodes, manifests, log=options.log or (lambda _: None))
     session = ClusterSession(
         environment=env,
         nodes=nodes,
@@ -187,8 +193,10 @@ def cluster_options(
         admission=admission,
         clock=cluster_clock,
         time_scale=time_scale,
+        api=api,
     )
     changes: dict[str, Any] = {
+        "api": api,
         "placement": placement,
         "clock": cluster_clock,
         "tick_s": WALL_TICK_S * time_scale if clock is None else options.tick_s,
@@ -235,12 +243,16 @@ def annotate(rehearsal: Rehearsal, session: ClusterSession) -> Rehearsal:
                 "instance_type": n.instance_type,
                 "zone": n.zone,
                 "ready": n.ready,
+                "taints": [dict(t) for t in n.taints],
                 "allocatable": dict(n.allocatable),
                 "addon_pods": list(n.addon_pods),
             }
             for n in session.nodes
         ],
     }
+    if session.api is not None:
+        rehearsal.cluster["api"] = session.api.report()
+        rehearsal.notes += [*session.api.notes, *(f"api: {a}" for a in session.api.actions)]
     for w in rehearsal.workloads:
         report = admission_report(session, w.kind, w.namespace, w.name)
         if report is not None:

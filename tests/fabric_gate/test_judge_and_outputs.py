@@ -130,6 +130,7 @@ def test_take_out_taints_the_suspect_keeping_other_taints_and_posts_events(apise
     assert {r.authorization for r in apiserver.requests} == {"Bearer token-123"}
     node_event, job_event = apiserver.events
     assert node_event["involvedObject"] == {"kind": "Node", "name": "node-b", "apiVersion": "v1"}
+    assert node_event["metadata"]["namespace"] == "default"
     assert job_event["involvedObject"]["kind"] == "Job"
     assert job_event["metadata"]["namespace"] == "training"
     assert node_event["reason"] == "FabricGateFailed"

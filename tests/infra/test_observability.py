@@ -26,6 +26,7 @@ from infra.spec.operating import OPERATING
 from infra.spec.scheduling import GPU_TAINT_KEY
 from infra.spec.versions import MANAGED_ADDONS
 from tests.helpers import of_type
+from trainctl.gate_taints import release_command
 
 SERIES = Path(__file__).parent / "fixtures" / "metric_series"
 
@@ -187,3 +188,44 @@ def test_missing_data_treatments_match_cloudwatch() -> None:
     assert evaluate(ignore, [99.0] * 10 + [None] * 10)[-1] is State.ALARM, "ignore keeps the last state"
     missing = __import__("dataclasses").replace(rule, missing=Missing.MISSING)
     assert evaluate(missing, [None] * 3)[-1] is State.INSUFFICIENT_DATA
+
+
+def test_a_fabric_gate_failure_alarms_each_gpu_group_and_names_the_release(
+    stack_templates: dict[str, dict[str, dict[str, Any]]], env_name: str
+) -> None:
+    """The gate's EMF line (training/fabric_gate.py emf_document: FabricGateFailed 1 on FAIL or UNKNOWN, 0 on PASS,
+    dimension set InstanceType) is read by one alarm per GPU group, which notifies the topic."""
+    environment = ENVIRONMENTS[env_name]
+    for group in environment.gpu_node_groups:
+        template = stack_templates[env_name][f"Gpu-{group.name}"]
+        alarms = {
+            a["Properties"]["AlarmName"]: a["Properties"] for a in of_type(template, "AWS::CloudWatch::Alarm").values()
+        }
+        gate = alarms[f"{environment.cluster.name}-{group.name}-fabric-gate-failed"]
+        assert (gate["Namespace"], gate["MetricName"], gate["Statistic"]) == (
+            "MLPlatform/Training",
+            "FabricGateFailed",
+            "Sum",
+        )
+        assert gate["Dimensions"] == [{"Name": "InstanceType", "Value": group.instance_type}]
+        assert (gate["ComparisonOperator"], gate["Threshold"], gate["TreatMissingData"]) == (
+            "GreaterThanThreshold",
+            0,
+            "notBreaching",
+        )
+        assert len(gate["AlarmActions"]) == 1
+        # The release command trainctl status prints, from the gate's own taint key (training/fabric_gate.py).
+        assert release_command("NODE") in gate["AlarmDescription"]
+        assert "docs/fabric-and-alarms.md" in gate["AlarmDescription"]
+
+
+def test_the_fabric_gate_alarm_fires_on_one_failure_and_clears_after_passes() -> None:
+    rules = group_alarm_rules(cluster="c", group="p5", instance_type="p5.48xlarge")
+    # One value per 5-minute period: Sum of FabricGateFailed (0 for each passing gate, None: no gate ran).
+    assert evaluate(rules.fabric_gate, [None, 0.0, 1.0, 0.0, None]) == [
+        State.OK,
+        State.OK,
+        State.ALARM,
+        State.OK,
+        State.OK,
+    ]

@@ -33,7 +33,8 @@ def test_rbac_grants_node_get_patch_and_event_create_and_nothing_else(dist: Path
     (cluster_role,) = by_kind(docs, "ClusterRole")
     assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
     roles = by_kind(docs, "Role")
-    assert {r["metadata"]["namespace"] for r in roles} == NAMESPACES
+    # A Node's Events go to "default" (the only namespace the API server accepts them in): one Role there too.
+    assert {r["metadata"]["namespace"] for r in roles} == {*NAMESPACES, "default"}
     for role in roles:
         assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     # Every rule of every role this chart emits, flattened: nothing but these three grants exists.
@@ -57,8 +58,10 @@ def test_rbac_grants_node_get_patch_and_event_create_and_nothing_else(dist: Path
             "kind": "Role",
             "name": "fabric-gate-events",
         }
+        namespace = role_binding["metadata"]["namespace"]
+        subjects = NAMESPACES if namespace == "default" else {namespace}
         assert role_binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": "fabric-gate", "namespace": role_binding["metadata"]["namespace"]}
+            {"kind": "ServiceAccount", "name": "fabric-gate", "namespace": ns} for ns in sorted(subjects)
         ]
     assert {(sa["metadata"]["namespace"], sa["metadata"]["name"]) for sa in by_kind(docs, "ServiceAccount")} == {
         (ns, "fabric-gate") for ns in NAMESPACES
@@ -171,3 +174,45 @@ def test_anything_else_is_denied(dist: Path, name: str, edit: Any, message: str)
 def test_the_gate_cannot_release_its_own_taint(dist: Path) -> None:
     failed = denied(dist, node([GPU, GATE]), node([GPU]))
     assert any("never removes" in m for m in failed)
+
+
+def _pod_specs(node: Any) -> list[dict[str, Any]]:
+    if isinstance(node, dict):
+        found = [node] if "containers" in node else []
+        return found + [s for v in node.values() for s in _pod_specs(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _pod_specs(v)]
+    return []
+
+
+def _gated_pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Pod specs whose training runs the gate: a container with --fabric-gate on its command line, or a RayJob's
+    worker pods when its entrypoint (the Ray Train driver) passes --fabric-gate to the workers' function."""
+    if doc.get("kind") == "RayJob" and "--fabric-gate" in doc["spec"].get("entrypoint", ""):
+        groups = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+        return [g["template"]["spec"] for g in groups]
+    return [
+        spec
+        for spec in _pod_specs(doc)
+        if any(
+            "--fabric-gate" in " ".join(map(str, [*c.get("command", []), *c.get("args", [])]))
+            for c in spec["containers"]
+        )
+    ]
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_every_gated_pod_knows_its_node_and_runs_as_the_gate(dist: Path, env: str) -> None:
+    """The gate names the node at fault from NODE_NAME (the Downward API's spec.nodeName, which the cluster
+    rehearsal fills with the node the scheduler chose) and takes it out with the fabric-gate identity."""
+    kinds = set()
+    for path in sorted((dist / env).glob("*.k8s.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for spec in _gated_pods(doc or {}):
+                kinds.add(doc["kind"])
+                for container in spec["containers"]:
+                    env_vars = {e["name"]: e for e in container.get("env", [])}
+                    assert env_vars["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, path
+                assert spec["serviceAccountName"] == "fabric-gate", path
+                assert spec["automountServiceAccountToken"] is True, path
+    assert kinds == {"Job", "RayJob"}, "the NVRx Job and the RayJob's workers are gated"
