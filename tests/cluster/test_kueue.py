@@ -28,7 +28,6 @@ from rehearse.cluster.kueue import (
     TimeScale,
     UnsupportedError,
     duration_seconds,
-    format_quantity,
     job_pods_ready,
     pod_requests,
     pod_set_of,
@@ -154,28 +153,9 @@ def test_queue_features_not_emulated_are_refused() -> None:
 # -- quantities and requests as Kueue counts them
 
 
-@pytest.mark.parametrize(
-    ("resource", "text", "value", "shown"),
-    [
-        ("cpu", "500m", 500, "500m"),
-        ("cpu", "1.5", 1500, "1500m"),
-        ("cpu", "40", 40000, "40"),
-        ("cpu", 2, 2000, "2"),
-        ("memory", "8Gi", 8 * 2**30, "8Gi"),
-        ("memory", "512Mi", 512 * 2**20, "512Mi"),
-        ("memory", "1k", 1000, "1k"),
-        ("nvidia.com/gpu", "4", 4, "4"),
-        ("hugepages-2Mi", "5120Mi", 5120 * 2**20, "5Gi"),
-    ],
-)
-def test_quantities(resource: str, text: str | int, value: int, shown: str) -> None:
-    assert quantity_value(resource, text) == value
-    assert format_quantity(resource, value) == shown
-
-
 def test_bad_quantity_and_duration_say_what_is_expected() -> None:
     with pytest.raises(KueueError, match=r"memory: '8 GB' is not a Kubernetes quantity"):
-        quantity_value("memory", "8 GB")
+        quantity_value("memory", "8 GB")  # the parser: tests/rehearse/cluster/test_quantity.py
     assert duration_seconds("1h30m") == 5400
     with pytest.raises(KueueError, match=r"'20 minutes' is not a duration"):
         duration_seconds("20 minutes")
