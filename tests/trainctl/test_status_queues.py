@@ -47,7 +47,8 @@ def queues() -> Iterator[Any]:
 
     def make(quota_nodes: int, nodes: int, broken: int = 0) -> QueueKube:
         cluster_queues = [o for o in queue_objects(ENV, {GROUP.name: quota_nodes}) if o["kind"] == "ClusterQueue"]
-        kube = QueueKube(lambda poll: usable_nodes(nodes, broken=broken), cluster_queues).start()
+        kube = QueueKube(lambda poll: usable_nodes(nodes, broken=broken), cluster_queues)
+        kube.start()
         made.append(kube)
         return kube
 
