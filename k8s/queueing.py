@@ -22,10 +22,22 @@ Facts relied on (kubernetes-sigs/kueue v0.19.2):
 - Every resource a pod requests must be covered by the ClusterQueue, or the workload is
   inadmissible: cpu, memory, nvidia.com/gpu and vpc.amazonaws.com/efa are what the GPU pods request
   (k8s/ray_spec.py gpu_pod_parts).
+
+The GPU quota covers the nodes that exist, not max_size (issue 22 #5): a workload admitted against
+quota with no nodes behind it only waits out waitForPodsReady (20 min, four times) and is then
+deactivated. At deploy a group's quota covers scaling.desired_size nodes; `trainctl scale` moves
+the quota with the nodes (trainctl/queue_quota.py: lowered before a node group shrinks, raised
+once the new nodes are usable), and `trainctl status` says when the two differ. Lowering
+nominalQuota below what is admitted evicts nothing: the ClusterQueues here have no preemption
+(apis/kueue/v1beta2/clusterqueue_types.go: preemption.withinClusterQueue defaults to Never) and
+no eviction reason of Kueue v0.19.2 is a quota change
+(site/content/en/docs/reference/metrics.md, kueue_evicted_workloads_total reasons); it only stops
+new admissions until usage is back under it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,19 +103,46 @@ class Quota:
         return [{"name": name, "nominalQuota": value} for name, value in zip(COVERED_RESOURCES, values, strict=True)]
 
 
-def gpu_quota(group: GpuNodeGroupConfig) -> Quota:
-    """The group's capacity at max_size, as the whole-node pods request it (k8s/ray_spec.py
-    worker_resources): at most max_size whole-node pods are admitted at once."""
+def group_nodes(environment: Environment, scaled: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Each GPU group's node count: `scaled[group]` where `trainctl scale` set it, else
+    scaling.desired_size (what `cdk deploy` launches, 0 for an On-Demand group without a block).
+
+    The one source of the nodes a queue's quota covers: the Platform stack renders the queues
+    with the deploy-time sizes, `trainctl scale` patches a group's quota to the nodes it brought up,
+    and the cluster rehearsal (`--nodes g=N`) builds both its nodes and its queues from it."""
+    scaled = dict(scaled or {})
+    names = [g.name for g in environment.gpu_node_groups]
+    for name in scaled:
+        if name not in names:
+            raise ConfigError("GPU group", name, names or "none", f"name a GPU node group of {environment.name}")
+    return {g.name: scaled.get(g.name, g.scaling.desired_size) for g in environment.gpu_node_groups}
+
+
+def gpu_quota(group: GpuNodeGroupConfig, nodes: int) -> Quota:
+    """`nodes` whole nodes of the group, as the whole-node pods request them (k8s/ray_spec.py
+    worker_resources): at most `nodes` whole-node pods are admitted at once."""
     instance = group.instance
     assert instance.gpu is not None  # GPU groups are validated on construction
+    if not 0 <= nodes <= group.scaling.max_size:
+        raise ConfigError(
+            f"quota nodes of {group.name}",
+            nodes,
+            f"0 to the group's max_size ({group.scaling.max_size})",
+            "a queue cannot cover more nodes than the group can hold",
+        )
     size = worker_resources(instance)
-    nodes = group.scaling.max_size
     return Quota(
         cpu=int(size.cpu) * nodes,
         memory_gib=int(size.memory.removesuffix("Gi")) * nodes,
         gpus=instance.gpu.count * nodes,
         efa=group.efa_interface_count * nodes,
     )
+
+
+def quota_nodes(group: GpuNodeGroupConfig, gpus: int) -> int:
+    """How many of the group's whole nodes a GPU quota of `gpus` covers (rounded down)."""
+    assert group.instance.gpu is not None
+    return gpus // group.instance.gpu.count
 
 
 def system_quota(environment: Environment) -> Quota:
@@ -147,7 +186,8 @@ def resource_flavors(environment: Environment) -> list[dict[str, Any]]:
     return [system, *gpus]
 
 
-def cluster_queue(environment: Environment, group: GpuNodeGroupConfig) -> dict[str, Any]:
+def cluster_queue(environment: Environment, group: GpuNodeGroupConfig, nodes: int) -> dict[str, Any]:
+    """The group's ClusterQueue, its GPU flavor's quota covering `nodes` whole nodes."""
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
@@ -167,7 +207,7 @@ def cluster_queue(environment: Environment, group: GpuNodeGroupConfig) -> dict[s
                     "coveredResources": list(COVERED_RESOURCES),
                     "flavors": [
                         {"name": SYSTEM_FLAVOR, "resources": system_quota(environment).resources()},
-                        {"name": gpu_flavor_name(group.name), "resources": gpu_quota(group).resources()},
+                        {"name": gpu_flavor_name(group.name), "resources": gpu_quota(group, nodes).resources()},
                     ],
                 }
             ],
@@ -187,9 +227,12 @@ def local_queues(environment: Environment, group: GpuNodeGroupConfig) -> list[di
     ]
 
 
-def queue_objects(environment: Environment) -> list[dict[str, Any]]:
-    """Flavors first, then per group its ClusterQueue and LocalQueues (the order they can be applied in)."""
+def queue_objects(environment: Environment, scaled: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    """Flavors first, then per group its ClusterQueue and LocalQueues (the order they can be applied in).
+
+    Each group's quota covers its nodes (group_nodes): as deployed without `scaled`."""
+    nodes = group_nodes(environment, scaled)
     objects = resource_flavors(environment)
     for group in environment.gpu_node_groups:
-        objects += [cluster_queue(environment, group), *local_queues(environment, group)]
+        objects += [cluster_queue(environment, group, nodes[group.name]), *local_queues(environment, group)]
     return objects

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.spec import Environment, GpuNodeGroupConfig
 from infra.spec.versions import HELM_CHARTS
 from trainctl import gate_taints
 from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S
@@ -141,6 +142,21 @@ class Expectation:
     gpus: int
     efa: int
     plugins: tuple[Plugin, ...]
+
+
+def expectation(env: Environment, group: GpuNodeGroupConfig, nodes: int) -> Expectation:
+    """What each of `nodes` nodes of the group must advertise and run to be usable."""
+    plugins = tuple(
+        plugin
+        for plugin, enabled in (
+            (NVIDIA_PLUGIN, env.add_ons.nvidia_device_plugin),
+            (EFA_PLUGIN, env.add_ons.efa_device_plugin),
+        )
+        if enabled
+    )
+    gpu = group.instance.gpu
+    assert gpu is not None  # GpuNodeGroupConfig validates it
+    return Expectation(nodes=nodes, gpus=gpu.count, efa=group.efa_interface_count, plugins=plugins)
 
 
 def node_problems(node: NodeView, expected: Expectation, pods: Mapping[str, Sequence[PodView]]) -> list[str]:

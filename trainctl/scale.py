@@ -3,9 +3,17 @@ the AWS half, then the wait for the nodes (trainctl/node_readiness.py).
 
 1. N must lie within the group's scaling.min_size..max_size (infra/spec/environments.py) and the
    deployed node group's (eks:DescribeNodegroup); otherwise nothing is changed.
-2. eks:UpdateNodegroupConfig sets scalingConfig.desiredSize=N, keeping min and max; the update is
+2. Kueue quota, shrinking (trainctl/queue_quota.py): ClusterQueue gpu-<group>'s quota is read and, when it
+   covers more than N nodes, lowered to N before the node group changes (nothing new lands on leaving nodes).
+3. eks:UpdateNodegroupConfig sets scalingConfig.desiredSize=N, keeping min and max; the update is
    followed with eks:DescribeUpdate until Successful, Failed or Cancelled.
-3. Then (N > 0) trainctl.node_readiness.wait_for_nodes, until every node is usable or the wait ends.
+4. Then (N > 0) trainctl.node_readiness.wait_for_nodes, until every node is usable or the wait ends.
+5. Kueue quota, growing: once the nodes are usable the quota covers them (on timeout: the usable ones), so
+   Kueue never admits a gang onto nodes that are not there (issue 22 #5).
+
+A later `cdk deploy` that changes the group's scaling config sets the desired size back to the template's,
+and one that changes the Platform stack's queues sets the quota back to desired_size: `trainctl status`
+says when quota and nodes differ, and running this command again puts them together.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.spec import ConfigError, Environment, GpuNodeGroupConfig, get_environment
+from trainctl import queue_quota
 from trainctl.aws import Aws, AwsError
 from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S, ConnectError
 from trainctl.exit_codes import ExitCode
@@ -32,6 +41,7 @@ from trainctl.node_readiness import (
     NodeView,
     Plugin,
     PodView,
+    expectation,
     node_problems,
     survey,
     wait_for_nodes,
@@ -52,6 +62,7 @@ __all__ = [
     "Plugin",
     "PodView",
     "ScaleReport",
+    "expectation",
     "follow_update",
     "node_problems",
     "nodegroup_name",
@@ -85,6 +96,8 @@ class ScaleReport:
     ready: bool | None = None
     node_report: NodeReport | None = None
     health: list[str] = field(default_factory=list)
+    quota: queue_quota.QuotaSync | None = None
+    """The group's Kueue quota, moved with the nodes."""
     errors: list[str] = field(default_factory=list)
     """Could not run: refused input, AWS or Kubernetes API failures."""
 
@@ -106,6 +119,11 @@ class ScaleReport:
         return lines
 
     def summary(self) -> str:
+        line = self._summary()
+        quota = self.quota.summary() if self.quota is not None and not self.errors else None
+        return f"{line}; {quota}" if quota else line
+
+    def _summary(self) -> str:
         if self.errors:
             return f"scale could not run: {self.errors[0]}"
         target = f"node group {self.nodegroup} to {self.nodes}"
@@ -137,6 +155,7 @@ class ScaleReport:
                 "problems": {k: v for k, v in nodes.problems.items() if v},
             },
             "nodegroup_health": list(self.health),
+            "queue_quota": None if self.quota is None else self.quota.to_json(),
             "exit_code": int(self.exit_code),
             "summary": self.summary(),
             "errors": list(self.errors),
@@ -224,7 +243,7 @@ def scale(
     say: Callable[[str], None] = lambda message: None,
     cluster_name: str | None = None,
 ) -> ScaleReport:
-    """`kube`: the Kubernetes API client for the environment (called only when nodes must be waited for)."""
+    """`kube`: the Kubernetes API client for the environment (for the group's Kueue quota and the new nodes)."""
     report = ScaleReport(env_name, group=group_name, nodes=nodes)
     try:
         env = get_environment(env_name)
@@ -246,6 +265,7 @@ def scale(
     cluster = cluster_name or env.cluster.name
     report.nodegroup = nodegroup = nodegroup_name(env, group)
     aws = aws_factory(env.region)
+    report.quota = quota = queue_quota.QuotaSync(env, group, nodes, kube, timeout=request_timeout, say=say)
     try:
         deployed = aws.describe_nodegroup(cluster, nodegroup)
         scaling = dict(deployed.get("scalingConfig") or {})
@@ -256,6 +276,10 @@ def scale(
                 f"--nodes {nodes} is outside the deployed node group's {low}..{high} (the spec allows "
                 f"{group.scaling.min_size}..{group.scaling.max_size}): cdk deploy the spec first"
             )
+            return report
+        problem = quota.before()  # a shrinking group's quota goes down first
+        if problem is not None:
+            report.errors.append(problem)
             return report
         if int(scaling.get("desiredSize", -1)) == nodes:
             say(f"{nodegroup} already has desired size {nodes}; not updated")
@@ -273,17 +297,7 @@ def scale(
         return report
     if nodes == 0 or kube is None:
         return report
-    plugins = tuple(
-        plugin
-        for plugin, enabled in (
-            (NVIDIA_PLUGIN, env.add_ons.nvidia_device_plugin),
-            (EFA_PLUGIN, env.add_ons.efa_device_plugin),
-        )
-        if enabled
-    )
-    gpu = group.instance.gpu
-    assert gpu is not None  # GpuNodeGroupConfig validates it
-    expected = Expectation(nodes=nodes, gpus=gpu.count, efa=group.efa_interface_count, plugins=plugins)
+    expected = expectation(env, group, nodes)
     try:
         api = kube(env)
     except ConnectError as exc:
@@ -299,6 +313,7 @@ def scale(
             timeout=request_timeout,
             say=say,
         )
+        quota.after(api, len(report.node_report.usable))  # a growing group's quota goes up once its nodes are usable
     except KubeError as exc:
         report.errors.append(str(exc))
         return report

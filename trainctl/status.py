@@ -3,6 +3,9 @@
     trainctl status --env dev            two tables: jobs of the RayCluster, RayJob objects
     trainctl status --env dev --json     the same as one JSON document
 
+Below them, each GPU group's Kueue quota beside the nodes that can run its pods, with a warning and
+the `trainctl scale` command that closes the gap when they differ (trainctl/queue_status.py).
+
 Ray jobs are read in the head pod (ray.job_submission.JobSubmissionClient on localhost:8265,
 through the exec API: nothing is port-forwarded); RayJob objects (KubeRay's ray.io/v1 rayjobs,
 each with its own Ray cluster, named in RAY CLUSTER) from the Kubernetes API. Either part is
@@ -16,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainctl import flags, gate_taints
+from trainctl import flags, gate_taints, queue_status
 from trainctl.eks_auth import ConnectError, Target, add_connection_arguments, connect
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import KubeError, Pod, api_errors, find_head_pod
@@ -78,6 +81,8 @@ class StatusReport:
     rayjobs: list[RayJobObject] | None = None
     gate_tainted: list[gate_taints.GateTaint] | None = None
     """Nodes the fabric gate took out; None when the nodes could not be listed (a warning, not an error)."""
+    gpu_queues: list[queue_status.GroupQueue] | None = None
+    """Each GPU group's Kueue quota beside its usable nodes; None without Kueue or when not readable (a warning)."""
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -96,6 +101,7 @@ class StatusReport:
             "ray_jobs": None if self.jobs is None else [job.to_json() for job in self.jobs],
             "rayjobs": None if self.rayjobs is None else [job.to_json() for job in self.rayjobs],
             "gate_tainted_nodes": None if self.gate_tainted is None else [t.to_json() for t in self.gate_tainted],
+            "gpu_queues": None if self.gpu_queues is None else [q.to_json() for q in self.gpu_queues],
             "errors": list(self.errors),
         }
 
@@ -138,7 +144,10 @@ class StatusReport:
                 out.append("  (none)")
         if self.gate_tainted:
             out += ["", *gate_taints.render(self.gate_tainted)]
-        err = "".join(f"warning: {message}\n" for message in self.warnings)
+        if self.gpu_queues:
+            out += ["", *queue_status.render(self.gpu_queues)]
+        differences = [q.difference for q in self.gpu_queues or [] if q.difference]
+        err = "".join(f"warning: {message}\n" for message in [*self.warnings, *differences])
         err += "".join(f"error: {message}\n" for message in self.errors)
         return ("\n".join(out) + "\n") if out else "", err
 
@@ -175,6 +184,10 @@ def collect(target: Target, progress: Progress | None = None) -> StatusReport:
         report.gate_tainted = gate_taints.list_gate_tainted(target.api, timeout=target.request_timeout)
     except KubeError as exc:
         report.warnings.append(f"fabric-gate taints not shown: {exc}")
+    try:
+        report.gpu_queues = queue_status.list_group_queues(target.api, timeout=target.request_timeout)
+    except KubeError as exc:
+        report.warnings.append(f"GPU queue quotas not shown: {exc}")
     return report
 
 

@@ -12,11 +12,11 @@ Facts (kubernetes-sigs/kueue at tag v0.19.2 unless said otherwise):
 - The manager's Configuration (waitForPodsReady, integrations) is pure data in infra/spec/kueue.py, which
   the cluster rehearsal reads too.
 
-Why blockAdmission: the queues' quota is each group's capacity at max_size, while only the nodes
-`trainctl scale` brought up exist. Two two-node jobs admitted together onto two nodes would each
-get one and wait for ever (the starvation of issue 17 #5); admitted one at a time, the second waits
-until the first runs. The price: blockAdmission is per manager, so while one workload's pods start
-(image pull on fresh nodes), no other workload is admitted, on any queue.
+Why no blockAdmission (infra/spec/kueue.py): it is per manager, so one workload that cannot start
+(nodes not scaled up, capacity short) stopped admission on every queue. The queues' quota covers the
+nodes that exist instead (k8s/queueing.py: desired_size at deploy, moved by `trainctl scale`), so
+two jobs admitted together onto one group fit its nodes together (the starvation of issue 17 #5),
+and a job on a group without nodes is not admitted at all.
 """
 
 from __future__ import annotations
@@ -62,8 +62,10 @@ class Kueue(Construct):
     next deploy of the Platform stack), they must exist before any workload is submitted, and
     ClusterQueues and ResourceFlavors are cluster-scoped objects no workload should own. They are
     in the Platform stack, not the Gpu-<group> stacks, because the Kueue CRDs and webhook come with
-    the chart there; a queue whose group has no nodes yet admits nothing it could not run any way
-    (waitForPodsReady evicts it).
+    the chart there. Each GPU quota covers the group's deploy-time nodes (desired_size); `trainctl
+    scale` patches it afterwards, and a Platform deploy that changes these objects sets it back
+    (to no more than the nodes: `trainctl status` names the difference and the command that
+    closes it).
     """
 
     def __init__(

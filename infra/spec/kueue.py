@@ -12,6 +12,12 @@ Facts (kubernetes-sigs/kueue at tag v0.19.2 unless said otherwise):
   .enable field from WaitForPodsReady"); since v0.19.0 it is on by default with 30 min timeouts
   (CHANGELOG-0.19: "WaitForPodsReady is now enabled by default"). The values are written out here.
 - After `backoffLimitCount` requeues the Workload is deactivated (setup_wait_for_pods_ready.md).
+- No timeout per workload, per kind or per queue exists at v0.19.2: the workload controller holds one
+  waitForPodsReadyConfig (timeout, recoveryTimeout, requeuing backoff) for the whole manager
+  (pkg/controller/core/workload_controller.go waitForPodsReadyConfig, admittedNotReadyWorkload),
+  and the Workload API's only time limit is maximumExecutionTimeSeconds (the
+  kueue.x-k8s.io/max-exec-time-seconds label), a limit on running, not on starting. One timeout,
+  sized for the slowest start (a cold image pull on fresh p5 nodes), serves every kind.
 """
 
 from __future__ import annotations
@@ -52,7 +58,15 @@ class KueueProps:
     # a new node (infra/spec/node_loss.py: 50 + 300 + 300 + 1200 s = 31 min); a shorter timeout would
     # evict a gang that was about to recover, and count a requeue against requeue_limit.
     recovery_timeout_minutes: int = math.ceil(lost_node_recovery_s(PODS_READY_TIMEOUT_MINUTES * 60) / 60)
-    block_admission: bool = True
+    # Off (issue 22 #5). blockAdmission is per manager, not per queue: while any admitted workload of
+    # any ClusterQueue is not PodsReady the scheduler admits nothing anywhere (v0.19.2
+    # pkg/scheduler/scheduler.go waitForPodsReadyIfNeeded, pkg/cache/scheduler/cache.go
+    # podsReadyForAllAdmittedWorkloads), so one gang that cannot start froze every queue for up to
+    # 4 x 20 min (and a recovering one would for up to recoveryTimeout). What it protected against, two
+    # gangs admitted together each holding part of too few nodes (issue 17 #5), needs quota above the
+    # nodes: the quota now covers the nodes that exist (k8s/queueing.py, trainctl scale), so the gangs
+    # Kueue admits together fit together.
+    block_admission: bool = False
     # Three evictions for not starting mean the nodes are not there (group not scaled up, capacity
     # short): the Workload is then deactivated, which `kubectl get workloads` shows, instead of
     # being retried every hour for ever.

@@ -56,14 +56,13 @@ LimitRanges, WorkloadPriorityClasses, pod-level resources, manageJobsWithoutQueu
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from rehearse.cluster.matching import UnknownOperatorError, expression_matches, tolerates
+from rehearse.cluster.quantity import QuantityError, format_quantity, parse_quantity
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
@@ -136,74 +135,13 @@ class RejectedError(KueueError):
 # Quantities and durations
 
 
-_SUFFIXES = {
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-_QUANTITY = re.compile(
-    r"^(?P<number>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$"
-)
-
-
 def quantity_value(resource: str, text: str | int | float) -> int:
     """A quantity as Kueue counts it (resources.ResourceValue): milli-units for cpu, whole units
     (rounded up, as resource.Quantity.Value does) for everything else."""
-    match = _QUANTITY.match(str(text).strip())
-    if match is None:
-        raise KueueError(f"{resource}: {text!r} is not a Kubernetes quantity (e.g. 500m, 8Gi, 4)")
     try:
-        value = Decimal(match["number"]) * _SUFFIXES[match["suffix"]]
-    except InvalidOperation as error:
-        raise KueueError(f"{resource}: {text!r} is not a Kubernetes quantity") from error
-    if resource == "cpu":
-        value *= 1000
-    return math.ceil(value)
-
-
-_BINARY_FORMAT = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
-_DECIMAL_FORMAT = ("E", "P", "T", "G", "M", "k")
-
-
-def _decimal_si(value: int, milli: bool = False) -> str:
-    if milli:
-        if value % 1000:
-            return f"{value}m"
-        value //= 1000
-    if value == 0:
-        return "0"
-    for power, suffix in zip(range(6, 0, -1), _DECIMAL_FORMAT, strict=True):
-        if value % 10 ** (3 * power) == 0:
-            return f"{value // 10 ** (3 * power)}{suffix}"
-    return str(value)
-
-
-def format_quantity(resource: str, value: int) -> str:
-    """resources.ResourceFormatter.ResourceQuantity(...).String(): cpu as a milli quantity, memory,
-    ephemeral-storage and hugepages in BinarySI (falling back to DecimalSI when not a multiple of
-    1024), the rest DecimalSI."""
-    if resource == "cpu":
-        return _decimal_si(value, milli=True)
-    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
-        if value == 0:
-            return "0"
-        for power, suffix in zip(range(6, 0, -1), _BINARY_FORMAT, strict=True):
-            if value % 1024**power == 0:
-                return f"{value // 1024**power}{suffix}"
-    return _decimal_si(value)
+        return parse_quantity(text, milli=resource == "cpu")
+    except QuantityError as error:
+        raise KueueError(f"{resource}: {error}") from None
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")

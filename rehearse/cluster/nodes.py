@@ -46,6 +46,7 @@ from infra.spec.scheduling import (
     SYSTEM_NODE_SELECTOR,
     gpu_node_labels,
 )
+from k8s.queueing import group_nodes
 from rehearse.cluster.scheduler import CPU, MEMORY, PODS, BoundPod, Node
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -117,10 +118,10 @@ def _allocatable(spec: InstanceType, gpu: GpuNodeGroupConfig | None, env: Enviro
 
 
 def build_nodes(env: Environment, gpu_nodes: Mapping[str, int] | None = None) -> list[ClusterNode]:
-    """The cluster of `env` with `gpu_nodes[group]` nodes in each GPU group (others at 0)."""
-    gpu_nodes = dict(gpu_nodes or {})
+    """The cluster of `env` with `gpu_nodes[group]` nodes in each GPU group (others at desired_size, as deployed:
+    k8s/queueing.py group_nodes, which the rehearsal's Kueue quota follows too)."""
     groups = {g.name: g for g in env.gpu_node_groups}
-    for name, count in gpu_nodes.items():
+    for name, count in (gpu_nodes or {}).items():
         if name not in groups:
             raise ConfigError("--nodes", name, sorted(groups), f"name a GPU node group of environment {env.name!r}")
         if not 0 <= count <= groups[name].scaling.max_size:
@@ -168,10 +169,10 @@ def build_nodes(env: Environment, gpu_nodes: Mapping[str, int] | None = None) ->
         make(SYSTEM_GROUP, i, zones[i % len(zones)], env.system_nodes.instance, None)
         for i in range(env.system_nodes.scaling.desired_size)
     ]
+    counts = group_nodes(env, gpu_nodes)
     for group in env.gpu_node_groups:
         nodes += [
-            make(group.name, i, env.gpu_availability_zone, group.instance, group)
-            for i in range(gpu_nodes.get(group.name, 0))
+            make(group.name, i, env.gpu_availability_zone, group.instance, group) for i in range(counts[group.name])
         ]
     _place_addon_pods(env, nodes)
     return nodes

@@ -42,14 +42,13 @@ default topology spreading) are not modelled.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from rehearse.cluster.matching import UnknownOperatorError, expression_matches, tolerates
+from rehearse.cluster.quantity import QuantityError, parse_quantity
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -68,11 +67,6 @@ REASON_AFFINITY = "node(s) didn't match pod affinity rules"
 REASON_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 REASON_UNBOUND_CLAIMS = "pod has unbound immediate PersistentVolumeClaims"
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal(10**3)}
-_DECIMAL |= {"M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
-_QUANTITY = re.compile(r"^(?P<number>[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
-
 
 class UnsupportedPodError(ValueError):
     """A pod field the scheduler model cannot honour (the rehearsal exits 2 naming it)."""
@@ -81,16 +75,10 @@ class UnsupportedPodError(ValueError):
 def quantity(value: str | int | float, *, milli: bool = False) -> int:
     """A Kubernetes quantity as an integer: millis for cpu (`milli`), else the value rounded up, as
     resource.Quantity.MilliValue/Value do."""
-    text = str(value).strip()
-    m = _QUANTITY.match(text)
-    if not m:
-        raise UnsupportedPodError(f"quantity {value!r} is not a Kubernetes quantity")
-    number = Decimal(m.group("number"))
-    suffix = m.group("suffix")
-    amount = number * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
-    if milli:
-        amount *= 1000
-    return int(amount.to_integral_value(rounding="ROUND_CEILING"))
+    try:
+        return parse_quantity(value, milli=milli)
+    except QuantityError as error:
+        raise UnsupportedPodError(f"quantity {error}") from None
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:

@@ -150,12 +150,15 @@ def cluster_options(
     *,
     environment: str,
     gpu_nodes: Mapping[str, int] | None = None,
+    quota_nodes: Mapping[str, int] | None = None,
     time_scale: float = 1.0,
     node_kills: Sequence[NodeKill] = (),
     clock: Clock | None = None,
 ) -> tuple[Options, ClusterSession]:
     """`options` with the environment's cluster behind the Placement, Admission and Clock seams (`clock`: a
-    clock of cluster time to use instead of the ScaledClock, e.g. the fake runtime's)."""
+    clock of cluster time to use instead of the ScaledClock, e.g. the fake runtime's). Each GPU group's Kueue
+    quota covers its nodes, as `trainctl scale` leaves it, unless `quota_nodes` names another count (quota and
+    nodes that differ: a node group reset by `cdk deploy`, capacity short)."""
     try:
         env = get_environment(environment)
         nodes = build_nodes(env, gpu_nodes)
@@ -166,10 +169,14 @@ def cluster_options(
     if env.add_ons.kueue:
         try:
             config = KueueConfig.from_configuration(manager_config(kueue_props(env.add_ons.kuberay_operator)))
-            kueue = Kueue(Queues.from_objects(queue_objects(env)), config)
+            # The quota follows the nodes, as `trainctl scale` leaves it (k8s/queueing.py group_nodes).
+            quota = {**(gpu_nodes or {}), **(quota_nodes or {})}
+            kueue = Kueue(Queues.from_objects(queue_objects(env, quota)), config)
             admission = RecordingKueueAdmission(kueue, clock=cluster_clock)
-        except KueueError as exc:
-            raise RehearsalError(str(exc)) from exc
+        except (KueueError, ConfigError) as exc:
+            raise RehearsalError(f"--quota: {exc}" if isinstance(exc, ConfigError) else str(exc)) from exc
+    elif quota_nodes:
+        raise RehearsalError(f"--quota: environment {env.name} has no Kueue (add_ons.kueue is off)")
     ray_jobs = {
         f"RayJob/{(m.get('metadata') or {}).get('namespace', 'default')}/{m['metadata']['name']}"
         for m in manifests
@@ -266,6 +273,7 @@ def run_on_environment(
     *,
     environment: str,
     gpu_nodes: Mapping[str, int] | None = None,
+    quota_nodes: Mapping[str, int] | None = None,
     time_scale: float = 1.0,
     node_kills: Sequence[NodeKill] = (),
 ) -> Rehearsal:
@@ -277,6 +285,7 @@ def run_on_environment(
         manifests,
         environment=environment,
         gpu_nodes=gpu_nodes,
+        quota_nodes=quota_nodes,
         time_scale=time_scale,
         node_kills=node_kills,
     )

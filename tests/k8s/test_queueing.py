@@ -16,9 +16,11 @@ from k8s.queueing import (
     QUEUE_LABEL,
     cluster_queue,
     gpu_quota,
+    group_nodes,
     local_queue_name,
     queue_labels,
     queue_objects,
+    quota_nodes,
 )
 
 
@@ -50,17 +52,32 @@ def test_queue_label_for_an_unknown_group_names_the_field_and_the_fix() -> None:
         queue_labels(ENVIRONMENTS["prod"], "h100")
 
 
-def test_prod_quotas_are_each_group_at_max_size() -> None:
+def _quotas(queues: dict[str, dict[str, Any]], name: str) -> dict[str, dict[str, str]]:
+    (group,) = queues[name]["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa"]
+    return {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]}
+
+
+def test_prod_quotas_as_deployed_cover_the_desired_size_of_each_group() -> None:
+    """Issue 22 #5: the quota follows the nodes that exist; prod deploys every GPU group at desired_size 0, so
+    nothing is admitted onto a GPU group until `trainctl scale` brings nodes up and raises its quota."""
+    prod = ENVIRONMENTS["prod"]
+    assert group_nodes(prod) == {"p5": 0, "g6": 0}
+    queues = _by_kind(queue_objects(prod), "ClusterQueue")
+    zero = {"cpu": "0", "memory": "0Gi", "nvidia.com/gpu": "0", "vpc.amazonaws.com/efa": "0"}
+    assert _quotas(queues, "gpu-p5")["gpu-p5"] == zero
+    assert _quotas(queues, "gpu-g6")["gpu-g6"] == zero
+
+
+def test_prod_quotas_of_groups_scaled_to_max_size() -> None:
     # Written out from the instance facts: p5.48xlarge 192 vCPU, 2048 GiB, 8 GPUs, 32 EFA, max 8;
     # g6.12xlarge 48 vCPU, 192 GiB, 4 GPUs, 1 EFA, max 4; workers get 5/6 of CPU and memory.
     prod = ENVIRONMENTS["prod"]
-    queues = _by_kind(queue_objects(prod), "ClusterQueue")
+    queues = _by_kind(queue_objects(prod, {"p5": 8, "g6": 4}), "ClusterQueue")
     assert set(queues) == {"gpu-p5", "gpu-g6"}
 
     def quotas(name: str) -> dict[str, dict[str, str]]:
-        (group,) = queues[name]["spec"]["resourceGroups"]
-        assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa"]
-        return {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]}
+        return _quotas(queues, name)
 
     system = {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "0", "vpc.amazonaws.com/efa": "0"}
     assert quotas("gpu-p5") == {
@@ -75,14 +92,15 @@ def test_prod_quotas_are_each_group_at_max_size() -> None:
     assert [f["name"] for f in queues["gpu-p5"]["spec"]["resourceGroups"][0]["flavors"]] == ["system", "gpu-p5"]
 
 
-def test_whole_node_pods_of_max_size_nodes_fit_and_one_more_does_not() -> None:
-    """The quota admits exactly max_size whole-node pods of the group (what gpu_pod_parts requests)."""
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_whole_node_pods_of_n_nodes_fit_and_one_more_does_not(nodes: int) -> None:
+    """A quota for N nodes admits exactly N whole-node pods of the group (what gpu_pod_parts requests)."""
     from k8s.ray_spec import gpu_pod_parts
 
     for group in ENVIRONMENTS["prod"].gpu_node_groups:
         requests = gpu_pod_parts(group).resources["requests"]
-        quota = gpu_quota(group)
-        nodes = group.scaling.max_size
+        quota = gpu_quota(group, nodes)
+        assert quota_nodes(group, quota.gpus) == nodes
         assert int(requests["nvidia.com/gpu"]) * nodes == quota.gpus
         assert int(requests["vpc.amazonaws.com/efa"]) * nodes == quota.efa
         assert int(requests["cpu"]) * nodes <= quota.cpu < int(requests["cpu"]) * (nodes + 1)
@@ -106,8 +124,16 @@ def test_each_pod_gets_the_flavor_of_its_nodes() -> None:
     ]
 
 
+def test_a_quota_beyond_the_group_or_a_scale_of_an_unknown_group_is_refused() -> None:
+    prod = ENVIRONMENTS["prod"]
+    p5 = prod.gpu_node_groups[0]
+    with pytest.raises(ConfigError, match=r"quota nodes of p5=9.*0 to the group's max_size \(8\)"):
+        gpu_quota(p5, 9)
+    assert group_nodes(prod, {"g6": 3}) == {"p5": 0, "g6": 3}
+
+
 def test_cluster_queues_admit_only_the_workload_namespaces() -> None:
-    queue = cluster_queue(ENVIRONMENTS["prod"], ENVIRONMENTS["prod"].gpu_node_groups[0])
+    queue = cluster_queue(ENVIRONMENTS["prod"], ENVIRONMENTS["prod"].gpu_node_groups[0], 0)
     (expression,) = queue["spec"]["namespaceSelector"]["matchExpressions"]
     assert expression == {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["ray", "training"]}
     assert queue["spec"]["queueingStrategy"] == "StrictFIFO"
@@ -115,14 +141,16 @@ def test_cluster_queues_admit_only_the_workload_namespaces() -> None:
 
 @pytest.mark.parametrize("env_name", sorted(ENVIRONMENTS))
 def test_queue_objects_match_the_vendored_kueue_crds(env_name: str) -> None:
-    objects = queue_objects(ENVIRONMENTS[env_name])
-    assert objects, env_name
-    assert check_objects((f"queues/{env_name}", o) for o in objects) == []
+    environment = ENVIRONMENTS[env_name]
+    scaled = {g.name: g.scaling.max_size for g in environment.gpu_node_groups}
+    for objects in (queue_objects(environment), queue_objects(environment, scaled)):
+        assert objects, env_name
+        assert check_objects((f"queues/{env_name}", o) for o in objects) == []
 
 
 def test_the_manifests_gate_validates_kueue_objects_strictly() -> None:
     prod = ENVIRONMENTS["prod"]
-    queue = cluster_queue(prod, prod.gpu_node_groups[0])
+    queue = cluster_queue(prod, prod.gpu_node_groups[0], 0)
     queue["spec"]["queueingStrategy"] = "Fifo"
     queue["spec"]["resourceGroup"] = []
     messages = [f.message for f in check_objects([("queues", queue)])]

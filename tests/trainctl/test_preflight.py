@@ -307,8 +307,9 @@ def test_prod_passes_with_a_table_and_every_service_was_asked(
     lines = out.splitlines()
     assert lines[0].split() == ["CHECK", "SUBJECT", "STATUS", "REASON"]
     table = [line.split() for line in lines[1 : lines.index("")]]
-    # Every check but placement (prod's groups are plain On-Demand: no reservation to match).
-    assert {row[0] for row in table} == {c.value for c in Check} - {"placement"}
+    # Every check but placement (prod's groups are plain On-Demand: no reservation to match) and scaled (no
+    # node group deployed yet).
+    assert {row[0] for row in table} == {c.value for c in Check} - {"placement", "scaled"}
     assert all("PASS" in row for row in table), out
     assert "offering    p5 (p5.48xlarge)" in out
     assert "in standard support until 2026-12-28" in out
@@ -1301,3 +1302,32 @@ def test_no_cluster_means_no_node_group_lookups(moto: MotoServer, quotas: FakeSe
     found = leftovers(checks(PROD, aws("us-east-2", moto.url, eks, quotas)))
     assert not [s for s in found if s.startswith("node group")]
     assert not [c for c in eks.calls if "/node-groups/" in c]
+
+
+def test_a_node_group_scaled_away_from_desired_size_is_warned_with_the_fix(
+    moto: MotoServer, quotas: FakeServiceQuotas
+) -> None:
+    """Issue 22 #5: `trainctl scale` moved p5 to 2 nodes and its Kueue quota with it; a cdk deploy may set either
+    back to desired_size 0, so the row says so and names the command that puts them together again."""
+    stacks = {
+        "ml-prod-platform": [stack_resource("EksCluster", "AWS::EKS::Cluster", "ml-prod")],
+        "ml-prod-gpu-p5": [stack_resource("GpuNodesp5", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-p5-us-east-2a-od")],
+        "ml-prod-gpu-g6": [stack_resource("GpuNodesg6", "AWS::EKS::Nodegroup", "ml-prod/ml-prod-g6-us-east-2a-od")],
+    }
+    with started(eks_offering()) as eks, started(FakeCloudFormation(stacks)) as cloudformation:
+        eks.clusters["ml-prod"] = CLUSTER
+        eks.nodegroups = {
+            ("ml-prod", name): {**nodegroup(name), "scalingConfig": {"minSize": 0, "maxSize": high, "desiredSize": n}}
+            for name, high, n in (("ml-prod-p5-us-east-2a-od", 8, 2), ("ml-prod-g6-us-east-2a-od", 4, 0))
+        }
+        session = aws("us-east-2", moto.url, eks, quotas)
+        session.endpoint_urls["cloudformation"] = cloudformation.url
+        scaled = {r.subject: r for r in checks(PROD, session) if r.check is Check.SCALED}
+    p5, g6 = scaled["p5 (p5.48xlarge)"], scaled["g6 (g6.12xlarge)"]
+    assert p5.status is Status.WARN
+    assert p5.reason.startswith("node group ml-prod-p5-us-east-2a-od has desired size 2 (trainctl scale) where")
+    assert p5.fix == (
+        "after the deploy, run `trainctl scale --env prod --group p5 --nodes 2` to put nodes and quota together "
+        "again (`trainctl status` shows both)"
+    )
+    assert (g6.status, g6.reason) == (Status.PASS, "desired size 0, as the spec deploys it and its quota covers")

@@ -1,5 +1,6 @@
 """`trainctl scale` against moto (EKS clusters, node groups, UpdateNodegroupConfig), a loopback EKS front
-for DescribeUpdate, and a loopback Kubernetes API whose nodes and plugin pods change from poll to poll."""
+for DescribeUpdate, and a loopback Kubernetes API whose nodes and plugin pods change from poll to poll and
+which holds the environment's Kueue ClusterQueues (the group's quota moves with its nodes, issue 22 #5)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import boto3
 import pytest
 
 from infra.spec import get_environment
+from k8s.queueing import queue_objects
 from tests.trainctl.fake_aws import EksFront, MotoServer
-from tests.trainctl.fake_kube import ClusterKube, daemon_pod_object, node_object
+from tests.trainctl.fake_kube import daemon_pod_object, node_object
+from tests.trainctl.fake_queues import QueueKube, gpu_nominal
 from tests.trainctl.test_submit import write_kubeconfig
 from trainctl.aws import Aws
 from trainctl.cli import main
@@ -81,7 +84,7 @@ def plugins(node: str, *, efa_unschedulable: str | None = None) -> list[dict[str
 
 
 def run_scale(
-    front: EksFront, kube: ClusterKube | None, tmp_path: Path, nodes: int, *, wait_s: float = 5.0
+    front: EksFront, kube: QueueKube | None, tmp_path: Path, nodes: int, *, wait_s: float = 5.0
 ) -> ScaleReport:
     def connect(env: object) -> Any:
         assert kube is not None, "no Kubernetes API expected"
@@ -120,12 +123,29 @@ def front_factory(cluster: MotoServer) -> Iterator[Callable[..., EksFront]]:
         front.stop()
 
 
-@pytest.fixture
-def cluster_kube() -> Iterator[Callable[..., ClusterKube]]:
-    made: list[ClusterKube] = []
+QUEUE = f"gpu-{GROUP.name}"
 
-    def make(script: Callable[[int], tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> ClusterKube:
-        made.append(ClusterKube(script).start())  # type: ignore[arg-type]
+
+def cluster_queues(quota_nodes: int) -> list[dict[str, Any]]:
+    """The environment's ClusterQueues as CDK applies them, the group's quota covering `quota_nodes` nodes."""
+    return [o for o in queue_objects(ENV, {GROUP.name: quota_nodes}) if o["kind"] == "ClusterQueue"]
+
+
+def quota_of(kube: QueueKube) -> int:
+    return int(gpu_nominal(kube.queues[QUEUE], QUEUE)) // GPUS
+
+
+@pytest.fixture
+def cluster_kube(cluster: MotoServer) -> Iterator[Callable[..., QueueKube]]:
+    """A loopback Kubernetes API with the nodes of `script` and the ClusterQueues (quota for `quota_nodes`,
+    0 as deployed); each quota patch records moto's desired size at that moment."""
+    made: list[QueueKube] = []
+
+    def make(
+        script: Callable[[int], tuple[list[dict[str, Any]], list[dict[str, Any]]]], quota_nodes: int = 0
+    ) -> QueueKube:
+        kube = QueueKube(script, cluster_queues(quota_nodes), on_patch=lambda: scaling(cluster)["desiredSize"])
+        made.append(kube.start())  # type: ignore[arg-type]
         return made[-1]
 
     yield make
@@ -137,7 +157,7 @@ def cluster_kube() -> Iterator[Callable[..., ClusterKube]]:
 def test_nodes_that_become_ready_over_polls_pass(
     cluster: MotoServer,
     front_factory: Callable[..., EksFront],
-    cluster_kube: Callable[..., ClusterKube],
+    cluster_kube: Callable[..., QueueKube],
     tmp_path: Path,
 ) -> None:
     names = [f"ip-10-10-0-{i}" for i in range(WANT)]
@@ -164,12 +184,19 @@ def test_nodes_that_become_ready_over_polls_pass(
     assert kube.node_polls >= 4
     assert sorted(report.node_report.usable if report.node_report else []) == names
     assert "node(s) Ready with their GPUs" in report.summary()
+    # The quota went up once, after the node group had grown and the nodes were usable (poll 3, the 4th list).
+    assert quota_of(kube) == WANT
+    (patch,) = kube.patches
+    assert patch.seen == WANT
+    assert patch.node_polls >= 4
+    assert f"Kueue quota of {QUEUE}: 0 -> {WANT} node(s)" in report.summary()
+    assert report.to_json()["queue_quota"] == {"cluster_queue": QUEUE, "nodes_before": 0, "nodes_after": WANT}
 
 
 def test_node_without_efa_and_plugin_pending_on_a_taint_fail_naming_each(
     cluster: MotoServer,
     front_factory: Callable[..., EksFront],
-    cluster_kube: Callable[..., ClusterKube],
+    cluster_kube: Callable[..., QueueKube],
     tmp_path: Path,
 ) -> None:
     def script(poll: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -188,22 +215,27 @@ def test_node_without_efa_and_plugin_pending_on_a_taint_fail_naming_each(
     assert "untolerated taint {nvidia.com/gpu: true}" in out
     assert "ip-good:" not in out.split("missing:")[1]
     assert "not every node became usable in time" in out
+    assert quota_of(kube) == (1 if WANT > 1 else 0)  # the quota covers the usable node only
 
 
 def test_missing_nodes_are_named_not_launched(
     cluster: MotoServer,
     front_factory: Callable[..., EksFront],
-    cluster_kube: Callable[..., ClusterKube],
+    cluster_kube: Callable[..., QueueKube],
     tmp_path: Path,
 ) -> None:
     kube = cluster_kube(lambda poll: ([], []))
     report = run_scale(front_factory(), kube, tmp_path, WANT, wait_s=0.2)
     assert report.exit_code == 1
     assert f"{WANT} node(s) not launched or not registered yet" in report.render()[0]
+    assert kube.patches == []  # no usable node: the quota stays at 0
 
 
 def test_failed_update_is_reported_with_its_errors_and_no_node_wait(
-    cluster: MotoServer, front_factory: Callable[..., EksFront], tmp_path: Path
+    cluster: MotoServer,
+    front_factory: Callable[..., EksFront],
+    cluster_kube: Callable[..., QueueKube],
+    tmp_path: Path,
 ) -> None:
     errors = [
         {
@@ -213,10 +245,13 @@ def test_failed_update_is_reported_with_its_errors_and_no_node_wait(
         }
     ]
     front = front_factory(statuses=("InProgress", "Failed"), errors=errors)
-    report = run_scale(front, None, tmp_path, WANT)
+    kube = cluster_kube(lambda poll: ([], []))
+    report = run_scale(front, kube, tmp_path, WANT)
     assert report.exit_code == 1
     assert report.update_status == "Failed"
     assert "AsgInstanceLaunchFailures: InsufficientInstanceCapacity (asg-1)" in report.summary()
+    assert kube.node_polls == 0
+    assert kube.patches == []  # no nodes came: the quota was not raised
 
 
 def test_above_max_is_refused_naming_bound_field_and_file_and_nothing_changes(
@@ -248,9 +283,17 @@ def test_above_max_is_refused_naming_bound_field_and_file_and_nothing_changes(
     assert scaling(cluster)["desiredSize"] == 0
 
 
-def test_scale_to_zero_needs_no_kubernetes_api(
+def _scale_to_zero(front: EksFront, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    argv = ["scale", "--env", ENV.name, "--group", GROUP.name, "--nodes", "0", "--json"]
+    code = main([*argv, "--endpoint-url", f"eks={front.url}", "--kubeconfig", str(kubeconfig)])
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def test_scale_to_zero_lowers_the_quota_first_then_the_node_group(
     cluster: MotoServer,
     front_factory: Callable[..., EksFront],
+    cluster_kube: Callable[..., QueueKube],
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -260,30 +303,52 @@ def test_scale_to_zero_needs_no_kubernetes_api(
     eks.update_nodegroup_config(
         clusterName=ENV.cluster.name, nodegroupName=NODEGROUP, scalingConfig={"desiredSize": WANT}
     )
-    front = front_factory()
-    # A kubeconfig that does not exist: any Kubernetes call would fail the command.
-    code = main(
-        [
-            "scale",
-            "--env",
-            ENV.name,
-            "--group",
-            GROUP.name,
-            "--nodes",
-            "0",
-            "--json",
-            "--endpoint-url",
-            f"eks={front.url}",
-            "--kubeconfig",
-            str(tmp_path / "none"),
-        ]
-    )
-    out, _ = capsys.readouterr()
-    document = json.loads(out)
+    kube = cluster_kube(lambda poll: ([], []), quota_nodes=WANT)
+    code, output = _scale_to_zero(front_factory(), write_kubeconfig(tmp_path / "kubeconfig", kube.url), capsys)
+    document = json.loads(output[: output.rindex("}") + 1])
     assert code == 0, document
     assert document["update"]["status"] == "Successful"
     assert document["ready"] is None
     assert scaling(cluster)["desiredSize"] == 0
+    (patch,) = kube.patches
+    assert patch.seen == WANT  # lowered while the node group still had its nodes
+    assert quota_of(kube) == 0
+    assert kube.node_polls == 0  # no node wait when shrinking
+    assert document["queue_quota"] == {"cluster_queue": QUEUE, "nodes_before": WANT, "nodes_after": 0}
+
+
+def test_scale_down_without_the_kubernetes_api_changes_nothing(
+    cluster: MotoServer, front_factory: Callable[..., EksFront], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The quota cannot be lowered first, so the node group is not shrunk under it."""
+    eks = boto3.client("eks", region_name=ENV.region, endpoint_url=cluster.url)
+    eks.update_nodegroup_config(
+        clusterName=ENV.cluster.name, nodegroupName=NODEGROUP, scalingConfig={"desiredSize": WANT}
+    )
+    front = front_factory()
+    code, output = _scale_to_zero(front, tmp_path / "none", capsys)
+    assert code == 2, output
+    assert "kubeconfig" in output
+    assert scaling(cluster)["desiredSize"] == WANT
+    assert not [call for call in front.forwarded if call.endswith("/update-config")]
+
+
+def test_a_missing_cluster_queue_is_named_and_nothing_changes(
+    cluster: MotoServer,
+    front_factory: Callable[..., EksFront],
+    cluster_kube: Callable[..., QueueKube],
+    tmp_path: Path,
+) -> None:
+    kube = cluster_kube(lambda poll: ([], []))
+    kube.queues.clear()
+    front = front_factory()
+    report = run_scale(front, kube, tmp_path, WANT)
+    assert report.exit_code == 2
+    assert f"ClusterQueue {QUEUE} does not exist (is the Platform stack deployed?); nothing changed" in (
+        report.summary()
+    )
+    assert scaling(cluster)["desiredSize"] == 0
+    assert not [call for call in front.forwarded if call.endswith("/update-config")]
 
 
 def test_unknown_group_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -101,7 +101,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=[],
         type=_group_count,
         metavar="GROUP=N",
-        help="with --env: N nodes in GPU group GROUP (default 0, as deployed); repeatable",
+        help="with --env: N nodes in GPU group GROUP, and its Kueue quota for N nodes, as `trainctl scale` leaves "
+        "them (default: the group's desired_size, as deployed: 0 for on-demand GPU groups); repeatable",
+    )
+    parser.add_argument(
+        "--quota",
+        action="append",
+        default=[],
+        type=_group_count,
+        metavar="GROUP=N",
+        help="with --env: GROUP's Kueue quota covers N nodes instead of its --nodes count, to rehearse quota "
+        "and nodes that differ (a node group reset by cdk deploy, capacity short); repeatable",
     )
     parser.add_argument(
         "--time-scale",
@@ -244,11 +254,12 @@ def run_command(args: argparse.Namespace) -> int:
                 options,
                 environment=args.env,
                 gpu_nodes=dict(args.nodes),
+                quota_nodes=dict(args.quota),
                 time_scale=args.time_scale,
                 node_kills=tuple(parse_node_kill(k) for k in args.kill_node),
             )
-        elif args.nodes or args.kill_node or args.time_scale != 1.0:
-            raise RehearsalError("--nodes, --kill-node and --time-scale need --env (the cluster they apply to)")
+        elif args.nodes or args.quota or args.kill_node or args.time_scale != 1.0:
+            raise RehearsalError("--nodes, --quota, --kill-node and --time-scale need --env (the cluster they act on)")
         else:
             rehearsal = run(admission.objects, options)
     except KeyboardInterrupt:

@@ -32,6 +32,9 @@ instance role); the declarations come from infra/spec (environments, instances, 
               GPU node group, of the fixed name outside its stack         eks:DescribeCluster, Describe-
               (blocks), retained FSx file systems outside the storage     Nodegroup, fsx:DescribeFileSystems,
               stack (cost), the control-plane log group (adopted)         logs:DescribeLogGroups
+  scaled      a deployed GPU node group's desired size against the    eks:DescribeNodegroup
+              spec's desired_size: `trainctl scale` moved it and its
+              Kueue quota; a cdk deploy may set either back (WARN)
 
 One row per check and subject: PASS, WARN (deployable, but read the reason) or FAIL, with the
 reason and the fix. A check that could not run (no credentials, endpoint unreachable, access

@@ -20,6 +20,7 @@ from trainctl.preflight.results import (
     attempt,
     date_text,
 )
+from trainctl.preflight.scaled import evaluate_scaled
 
 
 def platform_stack_name(env: Environment) -> str:
@@ -213,7 +214,8 @@ def leftover_checks(env: Environment, aws: Aws, *, region: str, say: Callable[[s
                 if found is None:
                     return [evaluate_nodegroup_leftover(env, group, None, None, None)]
                 own, platform = resources(gpu_stack_name(env, group)), resources(platform_stack_name(env))
-                return [evaluate_nodegroup_leftover(env, group, found, own, platform)]
+                leftover = evaluate_nodegroup_leftover(env, group, found, own, platform)
+                return [leftover, evaluate_scaled(env, group, found)]  # its size beside the spec's
 
             name = f"node group {gpu_nodegroup_name(env, group)}"
             results += attempt(Check.LEFTOVER, [name], region, nodegroup_check)

@@ -41,6 +41,7 @@ class Check(StrEnum):
     ADMIN = "admin"
     CHART = "chart"
     LEFTOVER = "leftover"
+    SCALED = "scaled"
 
 
 API: Mapping[Check, str] = {
@@ -56,6 +57,7 @@ API: Mapping[Check, str] = {
     Check.CHART: "HTTP GET <repository>/index.yaml; oci:// charts: HEAD /v2/<chart>/manifests/<version>",
     Check.LEFTOVER: "cloudformation:ListStackResources, eks:DescribeCluster, eks:DescribeNodegroup, "
     "logs:DescribeLogGroups, fsx:DescribeFileSystems",
+    Check.SCALED: "eks:DescribeNodegroup",
 }
 
 

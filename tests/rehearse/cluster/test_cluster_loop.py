@@ -101,10 +101,25 @@ def test_quota_for_one_job_queues_the_second_until_the_first_finishes() -> None:
     assert min(p.start_s or 0 for p in second.pods) >= max(p.end_s or 0 for p in first.pods)
 
 
-def test_a_job_admitted_onto_a_group_without_nodes_is_pending_evicted_requeued_then_deactivated() -> None:
-    # dev's g6 group deploys at 0 nodes; Kueue's quota (max_size) admits the job anyway. Its pods stay Pending
-    # on the scheduler; waitForPodsReady (20 min) evicts it 4 times with backoff, then deactivates it (issue 21).
-    result = rehearse([gpu_job("lonely")])
+def test_a_job_on_a_group_without_nodes_waits_in_its_queue_and_is_never_admitted() -> None:
+    # dev's g6 group deploys at 0 nodes and its quota covers those 0 nodes (issue 22 #5): the job is not
+    # admitted, so no pod is created, nothing times out, and it waits with Kueue's quota message.
+    result = rehearse([gpu_job("lonely")], timeout_s=3 * 3600)
+    job = result.workload("lonely")
+    assert job.state == "Timeout"
+    assert job.admission is not None
+    assert job.admission["admitted"] is False
+    assert job.admission["requeues"] == []
+    assert job.admission["active"] is True
+    assert job.pods == []
+    assert "maximum capacity (0)" in job.message, job.message
+
+
+def test_with_quota_for_nodes_that_never_came_the_job_is_evicted_requeued_then_deactivated() -> None:
+    # Quota above the nodes (a node group reset by cdk deploy after `trainctl scale`): Kueue admits the job, its
+    # pods stay Pending on the scheduler, and waitForPodsReady (20 min) evicts it 4 times with backoff, then
+    # deactivates it (issue 21). `quota_nodes` (`--quota g6=2`) sets the quota apart from the nodes.
+    result = rehearse([gpu_job("lonely")], quota_nodes={"g6": 2})
     job = result.workload("lonely")
     assert job.state == "Timeout"
     assert job.admission is not None

@@ -152,5 +152,11 @@ def test_cluster_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixtu
         rehearse(tmp_path, job("x", "print(1)"), cluster={"time_scale": 0})
     with pytest.raises(RehearsalError, match=r"--nodes g6=9"):
         rehearse(tmp_path, job("x", "print(1)"), cluster={"gpu_nodes": {"g6": 9}})
+    assert main(["rehearse", "--quota", "g6=1", str(manifest)]) == 2
+    assert "need --env" in capsys.readouterr().err
+    with pytest.raises(RehearsalError, match=r"--quota: .*GPU group='p9'.*allowed: g6"):
+        rehearse(tmp_path, job("x", "print(1)"), cluster={"quota_nodes": {"p9": 1}})
+    with pytest.raises(RehearsalError, match=r"--quota: quota nodes of g6=3.*max_size \(2\)"):
+        rehearse(tmp_path, job("x", "print(1)"), cluster={"quota_nodes": {"g6": 3}})
     with pytest.raises(RehearsalError, match="hugepages-2Mi"):
         rehearse(tmp_path, job("h", "print(1)", resources={"limits": {"hugepages-2Mi": "10Mi", "memory": "1Gi"}}))

@@ -17,7 +17,6 @@ from rehearse.cluster.scheduler import (
     bind,
     fit_error,
     pod_requests,
-    quantity,
     schedule,
 )
 
@@ -73,15 +72,6 @@ CLAIM = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
 def pending(result: Scheduled | Unschedulable) -> str:
     assert isinstance(result, Unschedulable), f"scheduled on {getattr(result, 'node', None)}"
     return result.message
-
-
-def test_quantities_as_the_apiserver_reads_them() -> None:
-    assert quantity("2", milli=True) == 2000
-    assert quantity("500m", milli=True) == 500
-    assert quantity("0.1", milli=True) == 100
-    assert quantity("8Gi") == 8 * GI
-    assert quantity("1G") == 10**9
-    assert quantity("1.5Mi") == 1572864
 
 
 def test_a_pod_too_big_for_any_node_stays_pending_with_the_fit_message() -> None:

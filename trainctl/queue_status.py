@@ -1,0 +1,105 @@
+"""`trainctl status`'s GPU queue rows: each group's Kueue quota beside the nodes that can run its pods.
+
+The ClusterQueues are found by the labels k8s/queueing.py puts on them (app.kubernetes.io/managed-by=
+ml-platform, platform/environment=<env>), so this works with --kubeconfig too; the nodes are counted as
+`trainctl scale` counts them (Ready, GPUs and EFA interfaces advertised, device plugins Ready). Where
+the two differ, the row says what it costs and the command that closes the gap (trainctl/queue_quota.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infra.spec import ConfigError, get_environment
+from k8s.queueing import cluster_queue_name, gpu_flavor_name, quota_nodes
+from trainctl import queue_quota
+from trainctl.kube import api_errors
+from trainctl.output import table
+from trainctl.scale import NODEGROUP_LABEL, expectation, nodegroup_name, survey
+
+PLATFORM_SELECTOR = "app.kubernetes.io/managed-by=ml-platform"
+ENVIRONMENT_LABEL = "platform/environment"
+
+
+@dataclass(frozen=True)
+class GroupQueue:
+    environment: str
+    group: str
+    queue: str
+    quota_nodes: int | None
+    usable_nodes: int
+    registered_nodes: int
+    difference: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "group": self.group,
+            "cluster_queue": self.queue,
+            "quota_nodes": self.quota_nodes,
+            "usable_nodes": self.usable_nodes,
+            "registered_nodes": self.registered_nodes,
+            "difference": self.difference,
+        }
+
+
+def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
+    """One row per GPU group whose ClusterQueue the platform applied; None where Kueue is not installed
+    (KubeError: the API could not be asked)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    with api_errors("list clusterqueues.kueue.x-k8s.io"):
+        try:
+            listed = client.CustomObjectsApi(api).list_cluster_custom_object(
+                queue_quota.GROUP,
+                queue_quota.VERSION,
+                queue_quota.PLURAL,
+                label_selector=PLATFORM_SELECTOR,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            if exc.status == 404:  # no Kueue CRDs: the environment runs without Kueue
+                return None
+            raise
+    queues = {q["metadata"]["name"]: q for q in listed.get("items") or [] if isinstance(q, dict)}
+    names = {str((q["metadata"].get("labels") or {}).get(ENVIRONMENT_LABEL, "")) for q in queues.values()}
+    rows: list[GroupQueue] = []
+    for name in sorted(names):
+        try:
+            env = get_environment(name)
+        except ConfigError:
+            continue  # not one of this checkout's environments
+        for group in env.gpu_node_groups:
+            queue = queues.get(cluster_queue_name(group.name))
+            if queue is None:
+                quota = queue_quota.QueueQuota(cluster_queue_name(group.name), None, "its ClusterQueue is missing")
+            else:
+                gpus = queue_quota.gpu_quota_text(queue, gpu_flavor_name(group.name))
+                nodes = quota_nodes(group, int(gpus)) if gpus is not None and gpus.isdigit() else None
+                quota = queue_quota.QueueQuota(queue["metadata"]["name"], nodes, f"no GPU quota ({gpus})")
+            report = survey(
+                api,
+                f"{NODEGROUP_LABEL}={nodegroup_name(env, group)}",
+                expectation(env, group, 0),
+                timeout=timeout,
+            )
+            usable, registered = len(report.usable), len(report.nodes)
+            difference = queue_quota.difference(env, group, quota, usable, registered)
+            rows.append(GroupQueue(env.name, group.name, quota.queue, quota.nodes, usable, registered, difference))
+    return rows
+
+
+def render(rows: list[GroupQueue]) -> list[str]:
+    if not rows:
+        return []
+    cells = [
+        [r.group, r.queue, "-" if r.quota_nodes is None else str(r.quota_nodes), str(r.usable_nodes)] for r in rows
+    ]
+    for cell, row in zip(cells, rows, strict=True):
+        cell += [str(row.registered_nodes), "yes" if row.difference is None else "NO (see the warning)"]
+    return [
+        "GPU queues (Kueue quota in whole nodes, beside the nodes that can run its pods):",
+        table(["GROUP", "CLUSTERQUEUE", "QUOTA", "USABLE", "REGISTERED", "MATCH"], cells),
+    ]
