@@ -349,6 +349,7 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         log=options.log or (lambda _: None),
         clock=options.clock,
         node_addresses=options.node_addresses,
+        image_python=options.image_python,
     )
     try:
         return drive(prepared.controllers, runtime, options, output_dir=output_dir, network=network.kind, notes=notes)
