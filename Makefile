@@ -23,7 +23,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install synth synth-cdk synth-k8s check test test-fast test-rehearsal test-training pytest-all-but-rehearsals pytest-fast lint typecheck fmt bench docs clean lock gpu-bundle
+.PHONY: help install synth synth-cdk synth-k8s check test test-fast test-rehearsal test-training pytest-all-but-rehearsals pytest-fast test-image image-envs lint typecheck fmt bench docs clean lock gpu-bundle
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
@@ -31,6 +31,7 @@ help:
 	@echo "make test-fast   lint, type check and the unit tier (no rehearsals, training processes or cdk/cdk8s CLI runs)"
 	@echo "make test-rehearsal   the process-level rehearsals alone (tests/rehearse, Linux namespaces)"
 	@echo "make test-training   the tests that start real torch.distributed/Ray/NVRx processes (marker training)"
+	@echo "make test-image   the training code's process-level tests on each image's Python and packages (make image-envs)"
 	@echo "make check   security and validation gates over cdk.out/ and the manifests (synthesizes first)"
 	@echo "make bench   synth and test-suite times; NVRx recovery times and checkpoint stall (medians, ratios)"
 	@echo "make docs    architecture pictures from infra/spec -> docs/architecture-<env>.dot and .png (Graphviz)"
@@ -91,7 +92,7 @@ PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 # The markers the fast tier leaves out: tests/tiers.py OUT_OF_FAST (tests/test_tiers.py ties the two).
-FAST := not rehearsal and not slow and not training
+FAST := not rehearsal and not slow and not training and not image_env
 # Lint, types, the gates and the parallel pytest run side by side (make -j, each one's output kept
 # together): lint, mypy and `make check` are one process each, and they fill the core that pytest
 # leaves idle while its last group finishes. The calling target has brought `install` up to date, so the
@@ -102,20 +103,33 @@ SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4 --output-sync=target -o $(STAMP
 # them on 2 cores, the Ray fine-tune and the NVRx pod-loss rehearsals failed on load (Ray workers losing GCS).
 test: install
 	+$(SIDE_BY_SIDE) lint typecheck check pytest-all-but-rehearsals
-	pytest -m rehearsal $(PYTEST_ARGS)
+	pytest -m 'rehearsal and not image_env' $(PYTEST_ARGS)
 
 test-fast: install
 	+$(SIDE_BY_SIDE) lint typecheck pytest-fast
 
 test-rehearsal: install
-	pytest -m rehearsal $(PYTEST_ARGS) tests/rehearse
+	pytest -m 'rehearsal and not image_env' $(PYTEST_ARGS) tests/rehearse
+
+# One virtualenv per training image (.venv-<image>, scripts/image_envs.py): the image's CPython from pyenv and the
+# package versions k8s/images.lock.json records. The index's torch is its CUDA build (several GB on a fresh machine,
+# docs/testing.md), so this tier is not part of `make test`; test-image runs the NVRx runs and the NVRx and Ray
+# rehearsals with their processes on those environments (IMAGE_ENVS=1, tests/image_envs.py), one after another.
+IMAGE_TESTS := tests/test_image_envs.py tests/training/test_image_env.py tests/training/test_nvrx_fsdp.py \
+	tests/rehearse/test_image_env_runs.py tests/rehearse/test_workloads.py tests/rehearse/test_nvrx_faults.py \
+	tests/rehearse/test_rayjob.py
+image-envs: $(STAMP_PY)
+	python scripts/image_envs.py build
+
+test-image: image-envs
+	IMAGE_ENVS=1 pytest $(PYTEST_ARGS) $(IMAGE_TESTS)
 
 test-training: install
 	pytest $(PYTEST_PARALLEL) -m 'training and not rehearsal'
 
 # The pytest parts of the tiers above (run them through the tiers).
 pytest-all-but-rehearsals: install
-	pytest $(PYTEST_PARALLEL) -m 'not rehearsal'
+	pytest $(PYTEST_PARALLEL) -m 'not rehearsal and not image_env'
 
 pytest-fast: install
 	pytest $(PYTEST_PARALLEL) -m '$(FAST)'

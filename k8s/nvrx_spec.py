@@ -25,6 +25,9 @@ from k8s.ray_spec import CHECKPOINT_MOUNT, WorkloadError
 from k8s.workloads import require_pinned_packages
 from training.nvrx_config import TimeoutNames, inprocess_timeout_problem
 
+# The job's image in k8s/images.lock.json.
+NVRX_IMAGE = "nvrx-train"
+
 RENDEZVOUS_PORT = 29500
 # The store behind each in-process iteration's process group (training/nvrx_fsdp.py: a PrefixStore per iteration
 # over one TCPStore hosted by rank 0; --store-addr).

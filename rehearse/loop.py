@@ -353,6 +353,7 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         clock=options.clock,
         node_addresses=options.node_addresses,
         api=options.api,
+        image_python=options.image_python,
     )
     try:
         if options.api is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,11 @@ class Options:
     node_addresses: Mapping[str, str] = field(default_factory=dict)
     # A Kubernetes API the pods reach (rehearse/seams.py ApiServer; the cluster rehearsal's), None: no API server.
     api: ApiServer | None = None
+    # Image reference (repository:tag; a digest is ignored) -> the Python interpreter whose bin directory comes
+    # first on PATH in that image's containers, so `python`, `ft_launcher` and `ray` are that environment's: a
+    # virtualenv with the image's Python and package versions (scripts/image_envs.py). Other images run this
+    # process's environment.
+    image_python: Mapping[str, Path] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.network not in ("auto", "loopback"):
@@ -65,3 +71,9 @@ class Options:
         for path in self.host_paths:
             if not Path(path).exists():
                 raise RehearsalError(f"host path {path} does not exist")
+        for image, python in self.image_python.items():
+            if not os.access(python, os.X_OK):
+                raise RehearsalError(
+                    f"image_python[{image!r}]={str(python)!r} is not an executable Python; build the image's "
+                    "environment first (make image-envs)"
+                )

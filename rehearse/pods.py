@@ -13,7 +13,9 @@ What a pod gets here, and what stands in for the cluster:
   `<svc>.<ns>.svc.cluster.local`, `<svc>.<ns>.svc`, `<svc>.<ns>` and, in the same namespace, `<svc>`);
   a Service's name maps straight to its pods' addresses (no virtual ClusterIP, no kube-proxy);
 - the image is not pulled: containers run with this machine's Python environment (its bin first on
-  PATH), the image is reported beside the pod; GPU and EFA requests are reported, not satisfied.
+  PATH), or, for an image in Options.image_python, with the environment built for that image (its
+  Python and package versions: scripts/image_envs.py); the image is reported beside the pod; GPU and
+  EFA requests are reported, not satisfied.
 """
 
 from __future__ import annotations
@@ -45,6 +47,20 @@ RAY_DASHBOARD_PORT = 8265
 # Each pod mounts its own tmpfs on these (podinit.py).
 POD_PRIVATE_DIRS = (Path("/tmp"), Path("/dev/shm"), Path("/root"))
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alphabet
+
+
+def _tag_reference(image: str) -> str:
+    """repository:tag of an image reference, without its digest."""
+    return image.split("@", 1)[0]
+
+
+def _prefixes(python: Path) -> set[Path]:
+    """The environment a Python interpreter runs in and the installation under it (a virtualenv's base Python)."""
+    done = subprocess.run(
+        [str(python), "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return {Path(line).resolve() for line in done.stdout.splitlines() if line}
 
 
 class PodSetupError(RuntimeError):
@@ -190,6 +206,7 @@ class Runtime:
         clock: Clock | None = None,
         node_addresses: Mapping[str, str] | None = None,
         api: ApiServer | None = None,
+        image_python: Mapping[str, Path] | None = None,
     ) -> None:
         self.clock: Clock = clock or MonotonicClock()
         self.api = api
@@ -201,8 +218,14 @@ class Runtime:
         self.network = network
         self.configmaps = configmaps
         self.services = services
-        # The Python environment the containers run with, where a pod's own /tmp or /root would hide it.
+        # Image reference -> the bin directory of the environment its containers run with (default: this one's).
+        self.image_bins = {
+            _tag_reference(image): str(Path(python).parent) for image, python in (image_python or {}).items()
+        }
+        # The Python environments the containers run with, where a pod's own /tmp or /root would hide them.
         runtime_paths = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+        for python in (image_python or {}).values():
+            runtime_paths |= _prefixes(Path(python))
         hidden = [p for p in runtime_paths if any(p.is_relative_to(d) for d in POD_PRIVATE_DIRS)]
         self.host_paths = tuple(dict.fromkeys([*(Path(p).resolve() for p in host_paths), *sorted(hidden)]))
         self.pods: dict[str, Pod] = {}
@@ -279,8 +302,9 @@ class Runtime:
         raise PodSetupError(f"pod {plan.name}: env fieldRef {path!r} is not supported by the rehearsal")
 
     def _env(self, plan: PodPlan, container: dict[str, Any], address: str) -> dict[str, str]:
+        bin_dir = self.image_bins.get(_tag_reference(str(container.get("image", ""))), self.venv_bin)
         env = {
-            "PATH": f"{self.venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": "/root",
             "HOSTNAME": plan.pod_hostname,
             "LANG": "C.UTF-8",

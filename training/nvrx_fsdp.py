@@ -489,14 +489,29 @@ class Session:
         gc.collect()
 
 
-def release_mesh_groups() -> None:
-    """DTensor's sharding caches keep DeviceMesh objects alive, and each mesh keeps its process groups in
-    `_pg_registry` (torch 2.13), so a destroyed gloo group would stay connected; empty those registries."""
+def release_mesh_groups() -> int:
+    """DTensor's sharding caches keep DeviceMesh objects alive after a fault, and a process group a mesh still holds
+    stays connected (a gloo peer blocked in a collective with this rank never returns). Where a mesh holds its groups
+    depends on torch (torch/distributed/device_mesh.py): 2.13 keeps the ProcessGroup objects in `_pg_registry`,
+    emptied here; 2.9, the NVRx image's, keeps only their names (`_dim_group_names`) and resolves them through c10d's
+    registry, which destroy_process_group empties, so it holds none. A mesh with neither is a layout this code was not
+    checked against (tests/training/test_mesh_release.py, on each image's torch): said in the log. Returns the number
+    of groups released."""
+    released, unknown = 0, 0
     for obj in gc.get_objects():
         if type(obj) is DeviceMesh:
             registry = getattr(obj, "_pg_registry", None)
             if isinstance(registry, dict):
+                released += len(registry)
                 registry.clear()
+            elif not hasattr(obj, "_dim_group_names"):
+                unknown += 1
+    if unknown:
+        log(
+            f"torch {torch.__version__}: {unknown} DeviceMesh(es) hold their process groups neither in _pg_registry "
+            "nor by name; a group they hold may keep peers blocked after this fault"
+        )
+    return released
 
 
 def train_once(

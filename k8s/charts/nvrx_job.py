@@ -28,7 +28,14 @@ from k8s.job_parts import (
     one_pod_per_node,
     precondition_script,
 )
-from k8s.nvrx_spec import INPROCESS_STORE_PORT, RENDEZVOUS_PORT, WRAPPER_STORE_PORT, NvrxFsdpJob, launch_script
+from k8s.nvrx_spec import (
+    INPROCESS_STORE_PORT,
+    NVRX_IMAGE,
+    RENDEZVOUS_PORT,
+    WRAPPER_STORE_PORT,
+    NvrxFsdpJob,
+    launch_script,
+)
 from k8s.queueing import queue_labels
 from k8s.ray_spec import (
     CHECKPOINT_MOUNT,
@@ -45,7 +52,6 @@ from k8s.ray_spec import (
 )
 
 NAMESPACE = TRAINING.name
-NVRX_IMAGE = "nvrx-train"
 # Exit code of training/nvrx_fsdp.py for bad arguments: retrying cannot help.
 EXIT_BAD_CONFIGURATION = 2
 # Every port the pods listen on (names at most 15 characters, IANA_SVC_NAME): the c10d rendezvous, the store

@@ -72,6 +72,17 @@ def test_replacing_a_package_the_image_provides() -> None:
     ]
 
 
+def test_the_ray_images_lightning_is_the_pytorch_lightning_distribution() -> None:
+    """Issue 22 #10: the Ray DLC ships the distribution pytorch-lightning 2.6.5 (aws/deep-learning-containers
+    docker/ray-train/pyproject.toml and uv.lock), not `lightning`: a start install replacing it, or a package that
+    needs another version of it, must be found under that name."""
+    (replaced,) = messages([rayjob(["pytorch-lightning==2.5.0"])], {"pytorch-lightning==2.5.0": {}})[:1]
+    assert replaced.startswith("pytorch-lightning==2.5.0 replaces pytorch-lightning 2.6.5 that image ray-train")
+    cache = {"some-lib==1.0": {"cp313-x86_64-glibc2.34": {"wheel": "x.whl", "requires": ["pytorch-lightning>=2.7"]}}}
+    (message,) = messages([rayjob(["some-lib==1.0"])], cache)
+    assert message.startswith("some-lib==1.0 requires pytorch-lightning>=2.7 but image ray-train (Python 3.13")
+
+
 def test_a_requirement_the_image_does_not_meet() -> None:
     cache = {"some-lib==1.0": {"cp313-x86_64-glibc2.34": {"wheel": "x.whl", "requires": ["torch>=2.14", "ray"]}}}
     (message,) = messages([rayjob(["some-lib==1.0"])], cache)

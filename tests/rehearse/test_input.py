@@ -360,3 +360,26 @@ def test_skip_unsupported_skips_a_workload_with_a_field_it_does_not_emulate(tmp_
     assert [o["metadata"]["name"] for o in admission.objects] == ["plain"]
     (skipped,) = admission.skipped
     assert str(skipped).startswith("SKIPPED Job/probed: spec.template.spec.containers[0].livenessProbe")
+
+
+def test_image_python_names_an_image_of_the_lock_and_a_python_that_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from k8s.images import ImageLock
+    from trainctl.commands.rehearse import image_pythons
+
+    lock = ImageLock.load()
+    venv_python = tmp_path / ".venv-nvrx-train/bin/python"
+    # A virtualenv's python is a symlink to its base interpreter: kept as given, or the venv's packages are lost.
+    assert image_pythons([f"nvrx-train={venv_python}", "example.invalid/x:1=py"], lock) == {
+        lock.get("nvrx-train").reference: venv_python,
+        "example.invalid/x:1": Path("py").absolute(),
+    }
+    path = write(tmp_path, job())
+    code, out = rehearse(capsys, path, "--image-python", "nvrx-train")
+    assert code == 2, out
+    assert "--image-python 'nvrx-train': write it as IMAGE=PYTHON, IMAGE a name in k8s/images.lock.json" in out
+    code, out = rehearse(capsys, path, "--image-python", f"nvrx-train={venv_python}")
+    assert code == 2, out
+    assert "is not an executable Python; build the image's environment first (make image-envs)" in out
+    assert not list(tmp_path.glob("rehearsal-*"))

@@ -20,6 +20,7 @@ from k8s.images import ImageLock
 from k8s.workloads import RayFinetuneJob
 from rehearse import Options, Rehearsal, RehearsalError, run
 from rehearse.kuberay import dashboard_dependency_error
+from tests.image_envs import image_pythons
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 MINIMAL_RAY = dashboard_dependency_error()
@@ -66,7 +67,13 @@ def test_dev_ray_finetune_completes_on_a_head_and_two_worker_pods(
 ) -> None:
     result = run(
         finetune_manifests("dev", small_job(tiny_model), lock),
-        Options(output_dir=tmp_path / "out", host_paths=(tiny_model,), backoff_base_s=1.0, timeout_s=420.0),
+        Options(
+            output_dir=tmp_path / "out",
+            host_paths=(tiny_model,),
+            backoff_base_s=1.0,
+            timeout_s=420.0,
+            image_python=image_pythons(lock),
+        ),
     )
     finetune = result.workload("qwen-finetune")
     assert [p.name.split("-")[-2] for p in finetune.pods[:3]] == ["head", "worker", "worker"]

@@ -16,9 +16,11 @@ import pytest
 from infra.spec import ENVIRONMENTS
 from k8s.charts.nvrx_job import NvrxJobChart
 from k8s.charts.ray import TrainingCodeChart
+from k8s.check_lock import check_lock
 from k8s.images import ImageLock
 from k8s.nvrx_spec import CheckpointPolicy, FtLauncherConfig, InProcessRestart, NvrxFsdpJob
 from rehearse import Options, Rehearsal, run
+from tests.image_envs import image_pythons
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 
@@ -39,6 +41,8 @@ def nvrx_manifests(environment: str, job: NvrxFsdpJob, lock: ImageLock) -> list[
 def rehearse(tmp_path: Path, manifests: list[dict[str, Any]], model: Path, **options: Any) -> Rehearsal:
     # A hang guard, not a speed assertion: on a loaded 2-core runner the NVRx fault rehearsals took up to ~240 s.
     options.setdefault("timeout_s", 480.0)
+    # With IMAGE_ENVS=1 (make test-image) each image's pods run its own environment (tests/image_envs.py).
+    options.setdefault("image_python", image_pythons(check_lock(ImageLock.load())))
     return run(manifests, Options(output_dir=tmp_path / "out", host_paths=(model,), backoff_base_s=1.0, **options))
 
 

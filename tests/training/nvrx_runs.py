@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.image_envs import tool
 from tests.tiers import starts_training_processes
 from tests.training.emf_schema import validate
 from training.emf import parse_lines
 
 ROOT = Path(__file__).resolve().parents[2]
-FT_LAUNCHER = str(Path(sys.executable).with_name("ft_launcher"))
+# With IMAGE_ENVS=1 (make test-image) the NVRx image's environment: its Python, torch and NVRx.
+FT_LAUNCHER = tool("nvrx-train", "ft_launcher", str(Path(sys.executable).with_name("ft_launcher")))
 STEPS = 8
 CKPT_EVERY = 2
 COMMON = (

@@ -4,7 +4,8 @@ Every Job (Indexed too), RayJob and RayCluster in the files runs as isolated pod
 UTS and network namespaces; emptyDir private to a pod, one shared directory per PVC claim, ConfigMap
 files, per-pod /etc/hosts with Service and pod DNS names) with Job and KubeRay semantics. Pods get
 PLATFORM_REHEARSAL=cpu, which the training code honours to use CPU and gloo; GPU and EFA requests are
-reported, not satisfied, and images are not pulled (this machine's Python environment runs instead).
+reported, not satisfied, and images are not pulled (this machine's Python environment runs instead, or, with
+--image-python, the environment make image-envs built for that image with its Python and package versions).
 Needs Linux and root (or unprivileged user namespaces).
 
 Input is strict, as `kubectl apply --validate=strict`: every object is checked against the Kubernetes
@@ -32,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from k8s.images import ImageLock
 from rehearse import Kill, Options, RehearsalError, format_table, run
 from rehearse.admission import Admission, InputError, admit
 from rehearse.manifests import ManifestError, load
@@ -154,7 +156,29 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="run LOCAL_PATH where a container's command is IMAGE_PATH, an absolute path only the image has; "
         "repeatable",
     )
+    parser.add_argument(
+        "--image-python",
+        action="append",
+        default=[],
+        metavar="IMAGE=PYTHON",
+        help="run IMAGE's containers (a name in k8s/images.lock.json, e.g. nvrx-train, or an image reference) with "
+        "PYTHON's environment first on PATH, e.g. .venv-nvrx-train/bin/python from make image-envs; repeatable",
+    )
     parser.set_defaults(run=run_command)
+
+
+def image_pythons(pairs: list[str], lock: ImageLock) -> dict[str, Path]:
+    """--image-python values as Options.image_python: image reference -> interpreter (a venv's, not resolved)."""
+    out = {}
+    for pair in pairs:
+        image, sep, python = pair.partition("=")
+        if not sep or not image or not python:
+            raise RehearsalError(
+                f"--image-python {pair!r}: write it as IMAGE=PYTHON, IMAGE a name in k8s/images.lock.json "
+                f"({', '.join(sorted(lock.images))}) or an image reference"
+            )
+        out[lock.get(image).reference if image in lock.images else image] = Path(python).absolute()
+    return out
 
 
 def _report(admission: Admission) -> None:
@@ -241,6 +265,7 @@ def run_command(args: argparse.Namespace) -> int:
             backoff_base_s=args.pod_backoff,
             host_paths=tuple(host_paths),
             log=progress.log,
+            image_python=image_pythons(args.image_python, ImageLock.load()),
         )
         if not any(o["kind"] in ("Job", "RayJob", "RayCluster") for o in admission.objects):
             _report(admission)
