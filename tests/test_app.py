@@ -36,7 +36,7 @@ def test_no_env_flag_builds_every_environment() -> None:
 def test_env_flag_selects_one() -> None:
     _, stages = create_app(context={**cdk_json_context(), "env": "prod"}, environ={})
     assert [s.environment.name for s in stages] == ["prod"]
-    assert stages[0].stack.region == "us-east-2"
+    assert stages[0].platform.region == "us-east-2"
 
 
 def test_unknown_env_is_refused() -> None:
@@ -61,7 +61,7 @@ def test_account_from_cdk_default_account() -> None:
 
 def test_no_account_keeps_the_stack_account_agnostic() -> None:
     _, stages = create_app(context={**cdk_json_context(), "env": "dev"}, environ={})
-    assert stages[0].stack.account.startswith("${Token")
+    assert stages[0].platform.account.startswith("${Token")
 
 
 def test_bad_account_is_refused() -> None:
