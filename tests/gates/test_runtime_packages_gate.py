@@ -131,3 +131,55 @@ def test_requirement_files_cannot_be_checked() -> None:
     assert messages([job("pip install -r requirements.txt")]) == [
         "`pip install -r` cannot be checked; list pinned packages instead"
     ]
+
+
+# --- known-bad NVRx combinations (issue 22): NVRx's own support table, k8s/nvrx_support.py ---------------------------
+
+NVRX_START = "python -m pip install --no-cache-dir nvidia-resiliency-ext==0.4.1 transformers==5.23.0"
+NVRX_RUN = "exec ft_launcher --ft-restart-policy=min-healthy -m training.nvrx_fsdp --inprocess"
+
+
+def lock_with(**runtime: Any) -> ImageLock:
+    """The committed lock with the nvrx-train image's runtime facts changed."""
+    data = LOCK.to_dict()
+    data["images"]["nvrx-train"]["runtime"] |= runtime
+    return ImageLock.from_dict(data)
+
+
+def nvrx_messages(script: str, lock: ImageLock) -> list[str]:
+    image = lock.get("nvrx-train").reference + "@sha256:" + "b" * 64
+    _, findings = check_objects([job(script, image)], lock, load_cache())
+    return [f.message for f in findings]
+
+
+def test_the_lock_records_the_nvrx_image_nccl() -> None:
+    runtime = LOCK.get("nvrx-train").runtime
+    assert runtime is not None
+    assert runtime.nccl == "2.27.7"
+
+
+def test_inprocess_restart_on_an_nccl_that_crashes_with_it() -> None:
+    found = nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", lock_with(nccl="2.28.5"))
+    assert any("NCCL 2.28.5 crashes with NVRx in-process restart (NCCL 2.28.3 to 2.28.8" in m for m in found), found
+    # 2.28.9 is the first fixed release; without in-process restart any NCCL will do.
+    assert nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", lock_with(nccl="2.28.9")) == []
+    assert nvrx_messages(f"{NVRX_START}\nexec ft_launcher -m training.nvrx_fsdp", lock_with(nccl="2.28.5")) == []
+
+
+def test_inprocess_restart_on_an_image_whose_nccl_is_not_recorded() -> None:
+    data = LOCK.to_dict()
+    data["images"]["nvrx-train"]["runtime"].pop("nccl", None)
+    found = nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", ImageLock.from_dict(data))
+    assert any("NCCL version is not recorded (runtime.nccl" in m for m in found), found
+
+
+def test_nvrx_0_6_deprecates_inprocess_restart_and_removed_min_healthy() -> None:
+    found = nvrx_messages(f"pip install nvidia-resiliency-ext==0.6.0\n{NVRX_RUN}", LOCK)
+    assert any(m.startswith("NVRx 0.6.0 deprecates in-process restart") for m in found), found
+    assert any(m.startswith("NVRx 0.6.0 removed --ft-restart-policy=min-healthy") for m in found), found
+
+
+def test_nvrx_baked_into_an_image_outside_its_python_range() -> None:
+    lock = lock_with(python="3.13", packages={"torch": "2.9.0", "nvidia-resiliency-ext": "0.4.1"})
+    found = nvrx_messages(NVRX_RUN, lock)
+    assert any(m.startswith("NVRx 0.4.1 supports Python <3.13,>=3.10, the image has Python 3.13") for m in found), found
