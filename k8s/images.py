@@ -186,6 +186,29 @@ class UnpinnedImagesError(ImageLockError):
         self.images = images
 
 
+class ImagesNotReadyError(UnpinnedImagesError):
+    """Several environments' image errors in one: every line of each, once."""
+
+    def __init__(self, errors: list[UnpinnedImagesError]) -> None:
+        lines = list(dict.fromkeys(line for error in errors for line in str(error).splitlines()))
+        ImageLockError.__init__(self, "\n".join(lines))
+        self.images = list({image.name: image for error in errors for image in error.images}.values())
+
+
+class UnbuiltImageError(UnpinnedImagesError):
+    """An environment's built image (infra/images.py) that the lock has no entry for yet."""
+
+    def __init__(self, name: str, environment: str) -> None:
+        ImageLockError.__init__(
+            self,
+            f"image {name!r} is not in k8s/images.lock.json: the NVRx job of environment {environment} runs the image "
+            f"built for it from images/nvrx/Dockerfile. Build, push and pin it with `scripts/build_nvrx_image.sh "
+            f"{environment} ACCOUNT`, or pin one already pushed with `trainctl pin --built {environment} --account "
+            "ACCOUNT` (docs/deploy.md, 'The NVRx image'); then commit k8s/images.lock.json.",
+        )
+        self.images = []
+
+
 @dataclass(frozen=True)
 class ImageLock:
     images: MappingProxyType[str, LockedImage]
@@ -243,6 +266,10 @@ class ImageLock:
         missing = [image for image in chosen if image.digest is None]
         if missing:
             raise UnpinnedImagesError(missing)
+
+    def with_image(self, image: LockedImage) -> ImageLock:
+        """The lock with `image` added, or replacing the entry of its name."""
+        return ImageLock(MappingProxyType({**self.images, image.name: image}))
 
     def with_digest(self, name: str, digest: str) -> ImageLock:
         updated = dict(self.images)
