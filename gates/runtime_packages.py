@@ -46,6 +46,7 @@ from packaging.version import Version
 
 from gates import outputs
 from gates.report import Finding, GateError
+from k8s.check_lock import check_lock
 from k8s.images import ImageLock, ImageRuntime
 from k8s.nvrx_support import NVRX_DISTRIBUTION, NVRX_SUPPORT
 
@@ -304,7 +305,9 @@ def check_objects(
 
 
 def run_gate(dist: Path, lock: ImageLock | None = None, cache_path: Path = CACHE_PATH) -> tuple[int, list[Finding]]:
-    return check_objects(outputs.manifests(dist), lock or ImageLock.load(), load_cache(cache_path))
+    """The default lock is the one `make check` synthesizes with (k8s/check_lock.py: the committed lock, with
+    placeholders only where it pins nothing), so the environments' built images have their facts here too."""
+    return check_objects(outputs.manifests(dist), lock or check_lock(ImageLock.load()), load_cache(cache_path))
 
 
 # --- refresh -------------------------------------------------------------------------------------------------------

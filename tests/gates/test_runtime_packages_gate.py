@@ -51,7 +51,8 @@ def messages(objects: list[tuple[str, dict[str, Any]]], cache: dict[str, Any] | 
 def test_the_committed_workloads_pass(dist: Path) -> None:
     checked, findings = run_gate(dist)
     assert [str(f) for f in findings] == []
-    assert checked > 0  # the NVRx job installs NVRx at start: there is something to check
+    # Nothing is installed at start any more: the NVRx job runs its environment's built image (issue 22).
+    assert checked == 0
 
 
 def test_nvrx_on_the_ray_image_has_no_wheel() -> None:
@@ -116,15 +117,23 @@ def test_pip_installs_in_a_start_script(script: str, expected: list[list[str]]) 
     assert pip_installs_in(script) == expected
 
 
-def test_the_nvrx_start_script_is_read_from_the_manifest(dist: Path) -> None:
+def test_the_nvrx_job_in_the_manifests_is_checked_against_nvrx_support(dist: Path) -> None:
+    """The NVRx job's image (the built one: NVRx among its packages, no start install) meets the support rules; the
+    same manifests on an image whose NCCL crashes with in-process restart are refused."""
     from gates import outputs
+    from gates.runtime_packages import nvrx_combinations
+    from k8s.check_lock import check_lock
 
     installs, findings = start_installs(outputs.manifests(dist))
-    nvrx = [i for i in installs if "nvrx-fsdp" in i.where]
-    assert findings == []
-    assert nvrx, "the NVRx job's start-time install was not found in its manifest"
-    assert all("nvidia-resiliency-ext==0.4.1" in i.packages for i in nvrx)
-    assert all(LOCK.by_reference(i.image) == LOCK.get("nvrx-train") for i in nvrx)
+    assert (installs, findings) == ([], [])
+    lock = check_lock(LOCK)
+    assert nvrx_combinations(outputs.manifests(dist), lock) == []
+    data = lock.to_dict()
+    for env in ("dev", "prod"):
+        data["images"][f"nvrx-train-{env}"]["runtime"]["nccl"] = "2.28.3"
+    bad = nvrx_combinations(outputs.manifests(dist), ImageLock.from_dict(data))
+    assert sorted({f.where.split("/")[-2] for f in bad}) == ["dev", "prod"], [str(f) for f in bad]
+    assert all("NCCL 2.28.3 crashes with NVRx in-process restart" in f.message for f in bad)
 
 
 def test_requirement_files_cannot_be_checked() -> None:
