@@ -8,6 +8,10 @@ A package installed at start (a RayJob's `runtimeEnvYAML` pip list, a `pip insta
 4. not require a version of an image package that the image does not have (pip would replace that one: transformers
    5.23 needs tokenizers >= 0.23.1 where the Ray DLC's transformers 5.13 pins tokenizers <= 0.23.0).
 
+And a workload that runs NVRx (installed at start or in the image) must fit NVRx's own support table
+(k8s/nvrx_support.py): its Python range, no in-process restart on NCCL 2.28.3 to 2.28.8 or on NVRx 0.6+, which also
+dropped min-healthy.
+
 Facts about wheels and their Requires-Dist come from the committed offline cache k8s/runtime_wheels.json, so the gate
 is deterministic and needs no network. Refresh it where the package index is reachable (pip's configured index;
 nothing is named here):
@@ -42,7 +46,9 @@ from packaging.version import Version
 
 from gates import outputs
 from gates.report import Finding, GateError
+from k8s.check_lock import check_lock
 from k8s.images import ImageLock, ImageRuntime
+from k8s.nvrx_support import NVRX_DISTRIBUTION, NVRX_SUPPORT
 
 GATE = "runtime-packages"
 ROOT = Path(__file__).resolve().parent.parent
@@ -247,17 +253,61 @@ def check_install(install: StartInstall, lock: ImageLock, cache: dict[str, Any])
     return findings
 
 
+def nvrx_combinations(objects: Iterable[tuple[str, dict[str, Any]]], lock: ImageLock) -> list[Finding]:
+    """Each container that runs NVRx (installed by its script, else in its image's packages), against NVRx's support
+    table: the image's Python and NCCL, in-process restart (`--inprocess`) and the min-healthy restart policy."""
+    findings = []
+    for where, obj in objects:
+        if not isinstance(obj, dict):
+            continue
+        for container in _containers(obj.get("spec") or {}):
+            image = lock.by_reference(str(container.get("image", "")))
+            if image is None or image.runtime is None:
+                continue  # check_install names an install into an image without facts
+            script = "\n".join(
+                str(part) for part in [*(container.get("command") or []), *(container.get("args") or [])]
+            )
+            installed = [
+                pinned["version"]
+                for arguments in pip_installs_in(script)
+                for spec in arguments
+                if (pinned := PINNED.match(spec)) and canonicalize_name(pinned["name"]) == NVRX_DISTRIBUTION
+            ]
+            provided = {canonicalize_name(n): v for n, v in image.runtime.packages.items()}.get(
+                canonicalize_name(NVRX_DISTRIBUTION)
+            )
+            nvrx = installed[-1] if installed else provided
+            if nvrx is None:
+                continue
+            words = set(script.split())
+            for problem in NVRX_SUPPORT.problems(
+                nvrx=nvrx,
+                python=image.runtime.python,
+                nccl=image.runtime.nccl,
+                inprocess="--inprocess" in words,
+                min_healthy="--ft-restart-policy=min-healthy" in words,
+            ):
+                findings.append(
+                    Finding(GATE, f"{where} container {container.get('name', '?')}", f"{problem} (image {image.name})")
+                )
+    return findings
+
+
 def check_objects(
     objects: Iterable[tuple[str, dict[str, Any]]], lock: ImageLock, cache: dict[str, Any]
 ) -> tuple[int, list[Finding]]:
+    objects = list(objects)
     installs, findings = start_installs(objects)
     for install in installs:
         findings += check_install(install, lock, cache)
+    findings += nvrx_combinations(objects, lock)
     return sum(len(i.packages) for i in installs), findings
 
 
 def run_gate(dist: Path, lock: ImageLock | None = None, cache_path: Path = CACHE_PATH) -> tuple[int, list[Finding]]:
-    return check_objects(outputs.manifests(dist), lock or ImageLock.load(), load_cache(cache_path))
+    """The default lock is the one `make check` synthesizes with (k8s/check_lock.py: the committed lock, with
+    placeholders only where it pins nothing), so the environments' built images have their facts here too."""
+    return check_objects(outputs.manifests(dist), lock or check_lock(ImageLock.load()), load_cache(cache_path))
 
 
 # --- refresh -------------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ machines that cannot reach a registry (CI included).
 
 Pinned entries are kept. A missing digest becomes a placeholder computed from the text
 "unpinned placeholder: <reference>": a well-formed digest of content made here, which no
-registry serves, so nothing synthesized with it can ever be deployed by mistake. It is
+registry serves, so nothing synthesized with it can ever be deployed by mistake; an environment's built NVRx image
+the lock has no entry for gets a placeholder entry the same way (k8s/built_images.py). It is
 written only to the path given (.check/), never to k8s/images.lock.json or dist/.
 """
 
@@ -13,6 +14,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+from k8s.built_images import with_built_placeholders
 from k8s.images import LOCK_PATH, ImageLock
 
 
@@ -21,6 +23,7 @@ def placeholder_digest(reference: str) -> str:
 
 
 def check_lock(lock: ImageLock) -> ImageLock:
+    lock = with_built_placeholders(lock)
     for name, image in lock.images.items():
         if image.digest is None:
             lock = lock.with_digest(name, placeholder_digest(image.reference))

@@ -60,4 +60,13 @@ def fabric_env(instance: InstanceType, profile: FabricProfile = FabricProfile.EF
     # before. Written out as 0 where the device has no RDMA read (g6): libfabric aborts with "device has no
     # rdma-read capability" when it is 1 there, so an image default must not decide it.
     env["FI_EFA_USE_DEVICE_RDMA"] = "1" if instance.efa.gpudirect_rdma else "0"
+    # No hugepages-2Mi request (AWS's EFA pod examples ask 5120Mi): EFA does not need huge pages. libfabric's EFA
+    # provider only prefers them for its bounce-buffer pools (prov/efa efa_rdm_ep_create_pke_pool:
+    # OFI_BUFPOOL_HUGEPAGES unless FI_EFA_USE_HUGE_PAGE=0) and falls back to ordinary pages when none can be had
+    # (src/common/ofi_bufpool.c). A pod that requests none has a hugetlb cgroup limit of 0, so the node's reservation
+    # (the EFA installer's efa-config reserves ~110 MB per core at boot) is no help and the fallback would decide; 0
+    # says it outright, keeps the pools in the pod's own memory request, and keeps fork() (DataLoader workers) clear
+    # of the huge-page pool (awsome-distributed-training 1.architectures/efa-cheatsheet.md: "minor performance hit").
+    # docs/fabric-and-alarms.md, "No hugepages".
+    env["FI_EFA_USE_HUGE_PAGE"] = "0"
     return MappingProxyType(env)

@@ -26,6 +26,11 @@ NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 # each rebuild, -v1.1.0 stays.
 RAY_DLC_REPOSITORY = "deep-learning-containers/ray"
 FROZEN_DLC_TAG = re.compile(r"-v\d+\.\d+\.\d+$")
+# The PyTorch training DLC (DLC documentation, "DLC SOCI Tag Introduction"): tags without a version or with only vX
+# (2.9.0-gpu-py312-cu130-ubuntu22.04-ec2, ...-ec2-v1, 2.9-gpu-py312-ec2) move to every patch release; -vX.Y and
+# -vX.Y-<timestamp> (optionally -soci) attach to one image.
+PYTORCH_DLC_REPOSITORY = "deep-learning-containers/pytorch-training"
+FROZEN_PYTORCH_DLC_TAG = re.compile(r"-v\d+\.\d+(-\d{4}(-\d{2}){5})?(-soci)?$")
 # registry/path:tag; the registry has a dot or a port, the tag no '@'.
 REFERENCE = re.compile(r"^(?P<repository>[a-z0-9.-]+(:\d+)?/[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
 
@@ -42,7 +47,8 @@ class ImageLockError(ValueError):
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
 _GLIBC = re.compile(r"^2\.\d{1,2}$")
 _PACKAGE = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
-RUNTIME_FIELDS = frozenset({"python", "glibc", "arch", "packages", "source"})
+_NCCL = re.compile(r"^2\.\d{1,2}\.\d{1,2}$")
+RUNTIME_FIELDS = frozenset({"python", "glibc", "arch", "nccl", "packages", "source"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +61,8 @@ class ImageRuntime:
     glibc: str
     source: str
     arch: str = "x86_64"
+    # The NCCL the image's PyTorch loads (the NVRx support rules need it: k8s/nvrx_support.py); None: not recorded.
+    nccl: str | None = None
     packages: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -64,6 +72,8 @@ class ImageRuntime:
             raise ImageLockError(f"runtime.glibc={self.glibc!r}: expected the C library version, e.g. 2.35")
         if self.arch not in ("x86_64", "aarch64"):
             raise ImageLockError(f"runtime.arch={self.arch!r}: expected x86_64 or aarch64")
+        if self.nccl is not None and not _NCCL.match(self.nccl):
+            raise ImageLockError(f"runtime.nccl={self.nccl!r}: expected NCCL's version, e.g. 2.27.7")
         if not self.source.strip():
             raise ImageLockError("runtime.source is empty: say where the facts come from (release notes, a pull)")
         for name in self.packages:
@@ -84,6 +94,7 @@ class ImageRuntime:
             "python": self.python,
             "glibc": self.glibc,
             "arch": self.arch,
+            **({} if self.nccl is None else {"nccl": self.nccl}),
             "packages": dict(sorted(self.packages.items())),
             "source": self.source,
         }
@@ -103,6 +114,7 @@ class ImageRuntime:
                 python=str(data.get("python", "")),
                 glibc=str(data.get("glibc", "")),
                 arch=str(data.get("arch", "x86_64")),
+                nccl=None if data.get("nccl") is None else str(data["nccl"]),
                 packages=MappingProxyType(dict(packages)),
                 source=str(data.get("source", "")),
             )
@@ -131,6 +143,12 @@ class LockedImage:
                 f"images.{self.name}.reference={self.reference!r} is a moving DLC tag: the Ray DLC moves its vX and "
                 "vX.Y tags on every security rebuild, so the runtime facts recorded here go stale; pin the frozen "
                 "vX.Y.Z tag (e.g. train-ml-cuda-v1.1.0)"
+            )
+        if self.repository.endswith(PYTORCH_DLC_REPOSITORY) and not FROZEN_PYTORCH_DLC_TAG.search(self.tag):
+            raise ImageLockError(
+                f"images.{self.name}.reference={self.reference!r} is a moving DLC tag: the PyTorch DLC moves its tags "
+                "without a version or with only vX on every patch release, so the runtime facts recorded here go "
+                "stale; pin a -vX.Y or -vX.Y-<timestamp> tag (e.g. 2.9.0-gpu-py312-cu130-ubuntu22.04-ec2-v1.11)"
             )
         if self.digest is not None and not DIGEST.match(self.digest):
             raise ImageLockError(
@@ -166,6 +184,29 @@ class UnpinnedImagesError(ImageLockError):
             + f"\n{PIN_HELP}"
         )
         self.images = images
+
+
+class ImagesNotReadyError(UnpinnedImagesError):
+    """Several environments' image errors in one: every line of each, once."""
+
+    def __init__(self, errors: list[UnpinnedImagesError]) -> None:
+        lines = list(dict.fromkeys(line for error in errors for line in str(error).splitlines()))
+        ImageLockError.__init__(self, "\n".join(lines))
+        self.images = list({image.name: image for error in errors for image in error.images}.values())
+
+
+class UnbuiltImageError(UnpinnedImagesError):
+    """An environment's built image (infra/images.py) that the lock has no entry for yet."""
+
+    def __init__(self, name: str, environment: str) -> None:
+        ImageLockError.__init__(
+            self,
+            f"image {name!r} is not in k8s/images.lock.json: the NVRx job of environment {environment} runs the image "
+            f"built for it from images/nvrx/Dockerfile. Build, push and pin it with `scripts/build_nvrx_image.sh "
+            f"{environment} ACCOUNT`, or pin one already pushed with `trainctl pin --built {environment} --account "
+            "ACCOUNT` (docs/deploy.md, 'The NVRx image'); then commit k8s/images.lock.json.",
+        )
+        self.images = []
 
 
 @dataclass(frozen=True)
@@ -225,6 +266,10 @@ class ImageLock:
         missing = [image for image in chosen if image.digest is None]
         if missing:
             raise UnpinnedImagesError(missing)
+
+    def with_image(self, image: LockedImage) -> ImageLock:
+        """The lock with `image` added, or replacing the entry of its name."""
+        return ImageLock(MappingProxyType({**self.images, image.name: image}))
 
     def with_digest(self, name: str, digest: str) -> ImageLock:
         updated = dict(self.images)

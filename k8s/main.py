@@ -19,15 +19,13 @@ from infra.spec.namespaces import RAY, TRAINING, TRAINING_NAMESPACES
 from k8s.charts.fabric import FabricJob, FabricJobsChart
 from k8s.charts.fabric_gate import FabricGateChart
 from k8s.charts.namespaces import NamespacesChart
-from k8s.charts.nvrx_job import NVRX_IMAGE, NvrxJobChart
+from k8s.charts.nvrx_job import NvrxJobChart, nvrx_job_image
 from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
-from k8s.images import LOCK_PATH, ImageLock, UnpinnedImagesError
+from k8s.images import LOCK_PATH, ImageLock, ImagesNotReadyError, UnbuiltImageError, UnpinnedImagesError
 from k8s.nvrx_spec import NvrxFsdpJob
 from k8s.ray_spec import RAY_IMAGE
 from k8s.system_pods import check_ray_system_pods
 from k8s.workloads import RayFinetuneJob
-
-WORKLOAD_IMAGES = [RAY_IMAGE, NVRX_IMAGE]
 
 
 def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
@@ -36,7 +34,17 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
     if not environment.gpu_node_groups:
         return
     TrainingCodeChart(app, "training-code", namespaces=(RAY.name, TRAINING.name))
-    lock.require_pinned(WORKLOAD_IMAGES)
+    nvrx_job = NvrxFsdpJob()
+    nvrx_image = nvrx_job_image(environment, nvrx_job)
+    errors: list[UnpinnedImagesError] = []
+    try:
+        lock.require_pinned([RAY_IMAGE, *([nvrx_image] if nvrx_image in lock.images else [])])
+    except UnpinnedImagesError as exc:
+        errors.append(exc)
+    if nvrx_image not in lock.images:
+        errors.append(UnbuiltImageError(nvrx_image, environment.name))
+    if errors:
+        raise errors[0] if len(errors) == 1 else ImagesNotReadyError(errors)
     # The identity of the gated workloads' fabric gate (the NVRx job in training, the RayJob's workers in ray).
     FabricGateChart(app, "fabric-gate", namespaces=(RAY.name, TRAINING.name))
     cluster = RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
@@ -47,23 +55,24 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
     # One file each: the check and the A/B job both take every node of a two-node group.
     FabricJobsChart(app, "fabric-check", environment=environment, lock=lock, kind=FabricJob.CHECK)
     FabricJobsChart(app, "fabric-ab", environment=environment, lock=lock, kind=FabricJob.AB)
-    NvrxJobChart(app, "nvrx-fsdp", environment=environment, lock=lock, job=NvrxFsdpJob())
+    NvrxJobChart(app, "nvrx-fsdp", environment=environment, lock=lock, job=nvrx_job)
 
 
 def synth_all(outdir: Path, lock: ImageLock | None = None) -> list[Path]:
     """Write every environment; if images are unpinned, write what needs none, then raise."""
     lock = lock or ImageLock.load(LOCK_PATH)
-    written, unpinned = [], None
+    written: list[Path] = []
+    unpinned: list[UnpinnedImagesError] = []
     for environment in ENVIRONMENTS.values():
         app = cdk8s.App(outdir=str(outdir / environment.name))
         try:
             build(app, environment, lock)
         except UnpinnedImagesError as exc:
-            unpinned = exc
+            unpinned.append(exc)
         app.synth()
         written.append(outdir / environment.name)
-    if unpinned is not None:
-        raise unpinned
+    if unpinned:
+        raise unpinned[0] if len(unpinned) == 1 else ImagesNotReadyError(unpinned)
     return written
 
 

@@ -203,8 +203,13 @@ class NvrxFsdpJob:
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     inprocess: InProcessRestart = field(default_factory=InProcessRestart)
     ft_launcher: FtLauncherConfig = field(default_factory=FtLauncherConfig)
-    # Installed (pinned) at container start unless the image already has NVRx.
+    # The packages the job needs beyond the PyTorch DLC, pinned: baked into the built image (images/nvrx/Dockerfile,
+    # infra/images.py) and checked at each pod's start; installed at start only with start_install.
     pip: tuple[str, ...] = ("nvidia-resiliency-ext==0.4.1", "transformers==5.23.0")
+    # Run on the lock's PyTorch DLC (nvrx-train) and pip-install `pip` at every pod start instead of the environment's
+    # built image (nvrx-train-<env>): an explicit opt-in for a first try, refused where the environment does not
+    # allow it (infra/spec/images.py NvrxImageConfig; never prod).
+    start_install: bool = False
     active_deadline_seconds: int = 24 * 3600
     ttl_seconds_after_finished: int = 86400
     # Losses of pod 0's node the Job survives. Pod 0 hosts the c10d rendezvous store (is_host) and the in-process
@@ -337,9 +342,10 @@ class NvrxFsdpJob:
 
 
 def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: list[str], preconditions: str) -> str:
-    """The container's shell script: pinned NVRx if the image lacks it; the training arguments validated and the
-    pod's preconditions checked, each exiting 2 on failure (the Job's podFailurePolicy fails the Job at once:
-    ft_launcher turns any worker failure into its own exit 1, so a bad flag must be caught before it starts);
+    """The container's shell script: pinned NVRx if the image lacks it (start_install only); the training arguments
+    validated and the pod's preconditions checked, each exiting 2 on failure (the Job's podFailurePolicy fails the
+    Job at once: ft_launcher turns any worker failure into its own exit 1, so a bad flag must be caught before it
+    starts);
     then exec ft_launcher, under the fabric gate's supervisor when the job is gated (it exits the pod with the
     gate's code, which ft_launcher would turn into 1)."""
     pip = shlex.join(["python", "-m", "pip", "install", "--no-cache-dir", *job.pip])
@@ -351,7 +357,7 @@ def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: 
             # Pod 0 hosts the c10d rendezvous store; the others connect to it. The endpoint is a
             # DNS name, which torch cannot reliably match against the pod's own addresses.
             'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then is_host=1; else is_host=0; fi',
-            f"python -c 'import nvidia_resiliency_ext' 2>/dev/null || {pip}",
+            *([f"python -c 'import nvidia_resiliency_ext' 2>/dev/null || {pip}"] if job.start_install else []),
             f"mkdir -p {shlex.quote(job.checkpoint_dir)}",
             f"python {shlex.join(training_argv)} {CHECK_ARGS_FLAG}",
             preconditions,

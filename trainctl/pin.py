@@ -4,6 +4,9 @@
     trainctl pin --check          resolve and compare; exit 1 if a digest is missing or stale, write nothing
     trainctl pin --set NAME=REF@sha256:<64 hex> ...
                                   pin by hand (air-gapped sites): no network; REF must be the lock's reference
+    trainctl pin --built ENV --account ACCOUNT
+                                  pin the NVRx image built for ENV (nvrx-train-ENV): its digest from
+                                  ecr:DescribeImages of <cluster>/nvrx-train at the Dockerfile's tag
 
 The lock is written atomically (ImageLock.write) and only when every image resolved: one
 failure (unreachable registry, unknown tag, refused token) leaves the file byte-for-byte as
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -43,6 +47,7 @@ class Mode(StrEnum):
     RESOLVE = "resolve"
     CHECK = "check"
     SET = "set"
+    BUILT = "built"
 
 
 class Status(StrEnum):
@@ -371,6 +376,57 @@ def set_digests(path: Path, assignments: Sequence[str]) -> PinReport:
     return report
 
 
+def pin_built(path: Path, environment: str, account: str, ecr: Any) -> PinReport:
+    """The environment's built NVRx image (k8s/built_images.py), pinned with the digest ECR reports for its tag:
+    the entry is added, or its reference and digest replaced; nothing is written if the tag is not there."""
+    from infra.spec import ENVIRONMENTS
+    from infra.spec.images import built_image_name, context_tag, repository_name
+    from k8s.built_images import built_image, built_reference
+
+    report = PinReport(Mode.BUILT, path)
+    if environment not in ENVIRONMENTS or not re.match(r"^\d{12}$", account):
+        report.errors.append(
+            f"--built {environment!r} --account {account!r}: expected one of {', '.join(ENVIRONMENTS)} and a "
+            "12-digit account"
+        )
+        return report
+    loaded = _load(report)
+    if loaded is None:
+        return report
+    lock, original = loaded
+    env = ENVIRONMENTS[environment]
+    name, repository, tag = built_image_name(environment), repository_name(env.cluster.name), context_tag()
+    reference = built_reference(env, account, tag)
+    old = lock.images.get(name)
+    try:
+        answer = ecr.describe_images(registryId=account, repositoryName=repository, imageIds=[{"imageTag": tag}])
+        digest = str(answer["imageDetails"][0]["imageDigest"])
+    except Exception as exc:  # boto3 raises many unrelated types (no credentials, denied, not found)
+        report.images.append(
+            ImageResult(
+                name, reference, Status.ERROR, old.digest if old else None, None, None, "ecr",
+                f"ecr:DescribeImages {repository}:{tag} in {env.region} failed: {type(exc).__name__}: {exc}; "
+                f"build and push it first (scripts/build_nvrx_image.sh {environment} {account})",
+            )
+        )  # fmt: skip
+        return report
+    if not DIGEST.match(digest):
+        report.errors.append(f"ECR answered {digest!r} for {repository}:{tag}, not a sha256 digest")
+        return report
+    status = (
+        Status.PINNED
+        if old is None or old.reference != reference or old.digest is None
+        else Status.UNCHANGED
+        if old.digest == digest
+        else Status.UPDATED
+    )
+    report.images.append(ImageResult(name, reference, status, old.digest if old else None, digest))
+    updated = lock.with_image(built_image(lock, env, reference=reference, digest=digest))
+    if updated != lock:
+        _write(report, original, updated)
+    return report
+
+
 # --- command line -----------------------------------------------------------------------------
 
 
@@ -399,6 +455,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         dest="assignments",
         help="pin NAME by hand, without network (repeatable); REF must equal the lock's reference for NAME",
     )
+    mode.add_argument(
+        "--built",
+        metavar="ENV",
+        help="pin the NVRx image built for ENV (nvrx-train-ENV) from ecr:DescribeImages; needs --account",
+    )
+    parser.add_argument("--account", help="the AWS account of the environment's ECR repository (with --built)")
     flags.add_output(parser, quiet=False)
     parser.add_argument(
         "--timeout",
@@ -436,7 +498,13 @@ def registry_credentials(lock_path: Path, clients: EcrClientFactory) -> dict[str
 
 def run(args: argparse.Namespace) -> int:
     lock_path: Path = args.lock
-    if args.assignments:
+    if args.built:
+        from infra.spec import ENVIRONMENTS
+
+        env = ENVIRONMENTS.get(args.built)
+        region = env.region if env is not None else "us-east-1"
+        report = pin_built(lock_path, args.built, args.account or "", boto3_ecr_clients(profile=args.profile)(region))
+    elif args.assignments:
         report = set_digests(lock_path, args.assignments)
     else:
         client = RegistryClient(

@@ -77,168 +77,70 @@ def _mib(memory: str) -> int:
 # dcgmExporter affinity: node.kubernetes.io/instance-type In [...]; the platform's GPU types in it.
 DCGM_EXPORTER_INSTANCE_TYPES = ("g6.12xlarge", "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge")
 
-ADDON_PODS: tuple[AddOnPod, ...] = (
+_D, _S = "DaemonSet", "Deployment"
+_KUBE, _CW = "kube-system", "amazon-cloudwatch"
+
+# (name, namespace, kind, replicas, cpu millicores, memory MiB, where, enabled_by, source); dcgm-exporter's
+# instance types are added below, the one record with any.
+_TABLE: tuple[tuple[str, str, str, int, int, int, Where, str | None, str], ...] = (
+    ("aws-node", _KUBE, _D, 1, 25, 0, Where.ALL, None,
+     "vpc-cni: aws/amazon-vpc-cni-k8s charts/aws-vpc-cni/values.yaml at v1.22.4 (resources.requests cpu 25m; init "
+     "and nodeAgent resources {}); tolerations operator Exists"),
+    ("kube-proxy", _KUBE, _D, 1, 100, 0, Where.ALL, None,
+     "kube-proxy EKS add-on: requests cpu 100m, tolerations operator Exists (the add-on's DaemonSet as EKS installs "
+     "it; the build's manifest is not published, the value is the long-standing EKS one)"),
+    ("eks-pod-identity-agent", _KUBE, _D, 1, 0, 0, Where.ALL, None,
+     "aws/eks-pod-identity-agent charts/eks-pod-identity-agent (hack/testdata default template): resources {}, "
+     "tolerations operator Exists"),
+    ("coredns", _KUBE, _S, 2, 100, 70, Where.SYSTEM, None,
+     "CoreDNS EKS add-on: 2 replicas, requests cpu 100m memory 70Mi (kubernetes cluster/addons/dns/coredns manifest "
+     "values EKS keeps); tolerates CriticalAddonsOnly only, so not the GPU taint"),
+    ("amazon-cloudwatch-observability-controller-manager", _CW, _S, 1, 100, 64, Where.SYSTEM, "observability",
+     "amazon-cloudwatch-observability 6.2.0 values.yaml manager.resources.requests 100m/64Mi, manager.tolerations []"),
+    ("cloudwatch-agent", _CW, _D, 1, 250, 128, Where.ALL, "observability",
+     "amazon-cloudwatch-observability 6.2.0 values.yaml agent.resources.requests 250m/128Mi; tolerations: the GPU "
+     "taint's (infra/addons/observability.py)"),
+    ("fluent-bit", _CW, _D, 1, 50, 25, Where.ALL, "observability",
+     "amazon-cloudwatch-observability 6.2.0 values.yaml containerLogs.fluentBit.resources.requests 50m/25Mi; root "
+     "tolerations (the GPU taint's)"),
+    ("dcgm-exporter", _CW, _D, 1, 250, 128, Where.GPU_TYPES, "observability",
+     "amazon-cloudwatch-observability 6.2.0 values.yaml dcgmExporter.resources.requests 250m/128Mi, node affinity on "
+     "GPU instance types"),
+    ("nvidia-device-plugin", _KUBE, _D, 1, 0, 0, Where.GPU, "nvidia_device_plugin",
+     "NVIDIA/k8s-device-plugin chart 0.20.0 values.yaml resources {}; selector and tolerations from "
+     "infra/addons/helm.py on_gpu_nodes"),
+    ("aws-efa-k8s-device-plugin", _KUBE, _D, 1, 10, 20, Where.GPU, "efa_device_plugin",
+     "aws/eks-charts stable/aws-efa-k8s-device-plugin v0.5.30 values.yaml resources.requests 10m/20Mi; selector and "
+     "tolerations from infra/addons/helm.py on_gpu_nodes"),
+    ("eks-node-monitoring-agent", _KUBE, _D, 1, 10, 30, Where.ALL, "node_monitoring_agent",
+     "aws/eks-node-monitoring-agent charts/eks-node-monitoring-agent/values.yaml nodeAgent.resources.requests "
+     "10m/30Mi, tolerations operator Exists (its dcgm-server: resources {}, no tolerations)"),
+    ("fsx-csi-node", _KUBE, _D, 1, 30, 104, Where.ALL, "checkpoint_storage",
+     "kubernetes-sigs/aws-fsx-csi-driver charts/aws-fsx-csi-driver v1.9.0 values.yaml: fsx-plugin 10m/40Mi + "
+     "node-driver-registrar 10m/32Mi + liveness-probe 10m/32Mi; node.tolerateAllTaints true"),
+    ("fsx-csi-controller", _KUBE, _S, 2, 40, 136, Where.SYSTEM, "checkpoint_storage",
+     "aws-fsx-csi-driver v1.9.0 values.yaml: controller.replicaCount 2; fsx-plugin 10m/40Mi + csi-provisioner, "
+     "csi-resizer, liveness-probe 10m/32Mi each; tolerations CriticalAddonsOnly, NoExecute"),
+    ("kuberay-operator", "kuberay", _S, 1, _millis(KUBERAY_OPERATOR_CPU), _mib(KUBERAY_OPERATOR_MEMORY), Where.SYSTEM,
+     "kuberay_operator", "infra/addons/kuberay_operator.py values (resources.requests, nodeSelector role=system)"),
+    ("kueue-controller-manager", "kueue-system", _S, 1, _millis(_KUEUE.cpu_request), _mib(_KUEUE.memory_request),
+     Where.SYSTEM, "kueue",
+     "infra/spec/kueue.py KueueProps (controllerManager.manager.resources.requests), nodeSelector role=system"),
+)  # fmt: skip
+_INSTANCE_TYPES = {"dcgm-exporter": DCGM_EXPORTER_INSTANCE_TYPES}
+
+ADDON_PODS: tuple[AddOnPod, ...] = tuple(
     AddOnPod(
-        name="aws-node",
-        namespace="kube-system",
-        kind="DaemonSet",
-        cpu_millis=25,
-        memory_mib=0,
-        where=Where.ALL,
-        source="vpc-cni: aws/amazon-vpc-cni-k8s charts/aws-vpc-cni/values.yaml at v1.22.4 (resources.requests "
-        "cpu 25m; init and nodeAgent resources {}); tolerations operator Exists",
-    ),
-    AddOnPod(
-        name="kube-proxy",
-        namespace="kube-system",
-        kind="DaemonSet",
-        cpu_millis=100,
-        memory_mib=0,
-        where=Where.ALL,
-        source="kube-proxy EKS add-on: requests cpu 100m, tolerations operator Exists (the add-on's DaemonSet "
-        "as EKS installs it; the build's manifest is not published, the value is the long-standing EKS one)",
-    ),
-    AddOnPod(
-        name="eks-pod-identity-agent",
-        namespace="kube-system",
-        kind="DaemonSet",
-        cpu_millis=0,
-        memory_mib=0,
-        where=Where.ALL,
-        source="aws/eks-pod-identity-agent charts/eks-pod-identity-agent (hack/testdata default template): "
-        "resources {}, tolerations operator Exists",
-    ),
-    AddOnPod(
-        name="coredns",
-        namespace="kube-system",
-        kind="Deployment",
-        replicas=2,
-        cpu_millis=100,
-        memory_mib=70,
-        where=Where.SYSTEM,
-        source="CoreDNS EKS add-on: 2 replicas, requests cpu 100m memory 70Mi (kubernetes cluster/addons/dns/"
-        "coredns manifest values EKS keeps); tolerates CriticalAddonsOnly only, so not the GPU taint",
-    ),
-    AddOnPod(
-        name="amazon-cloudwatch-observability-controller-manager",
-        namespace="amazon-cloudwatch",
-        kind="Deployment",
-        cpu_millis=100,
-        memory_mib=64,
-        where=Where.SYSTEM,
-        enabled_by="observability",
-        source="amazon-cloudwatch-observability 6.2.0 values.yaml manager.resources.requests 100m/64Mi, "
-        "manager.tolerations []",
-    ),
-    AddOnPod(
-        name="cloudwatch-agent",
-        namespace="amazon-cloudwatch",
-        kind="DaemonSet",
-        cpu_millis=250,
-        memory_mib=128,
-        where=Where.ALL,
-        enabled_by="observability",
-        source="amazon-cloudwatch-observability 6.2.0 values.yaml agent.resources.requests 250m/128Mi; "
-        "tolerations: the GPU taint's (infra/addons/observability.py)",
-    ),
-    AddOnPod(
-        name="fluent-bit",
-        namespace="amazon-cloudwatch",
-        kind="DaemonSet",
-        cpu_millis=50,
-        memory_mib=25,
-        where=Where.ALL,
-        enabled_by="observability",
-        source="amazon-cloudwatch-observability 6.2.0 values.yaml containerLogs.fluentBit.resources.requests "
-        "50m/25Mi; root tolerations (the GPU taint's)",
-    ),
-    AddOnPod(
-        name="dcgm-exporter",
-        namespace="amazon-cloudwatch",
-        kind="DaemonSet",
-        cpu_millis=250,
-        memory_mib=128,
-        where=Where.GPU_TYPES,
-        instance_types=DCGM_EXPORTER_INSTANCE_TYPES,
-        enabled_by="observability",
-        source="amazon-cloudwatch-observability 6.2.0 values.yaml dcgmExporter.resources.requests 250m/128Mi, "
-        "node affinity on GPU instance types",
-    ),
-    AddOnPod(
-        name="nvidia-device-plugin",
-        namespace="kube-system",
-        kind="DaemonSet",
-        cpu_millis=0,
-        memory_mib=0,
-        where=Where.GPU,
-        enabled_by="nvidia_device_plugin",
-        source="NVIDIA/k8s-device-plugin chart 0.20.0 values.yaml resources {}; selector and tolerations from "
-        "infra/addons/helm.py on_gpu_nodes",
-    ),
-    AddOnPod(
-        name="aws-efa-k8s-device-plugin",
-        namespace="kube-system",
-        kind="DaemonSet",
-        cpu_millis=10,
-        memory_mib=20,
-        where=Where.GPU,
-        enabled_by="efa_device_plugin",
-        source="aws/eks-charts stable/aws-efa-k8s-device-plugin v0.5.30 values.yaml resources.requests 10m/20Mi; "
-        "selector and tolerations from infra/addons/helm.py on_gpu_nodes",
-    ),
-    AddOnPod(
-        name="eks-node-monitoring-agent",
-        namespace="kube-system",
-        kind="DaemonSet",
-        cpu_millis=10,
-        memory_mib=30,
-        where=Where.ALL,
-        enabled_by="node_monitoring_agent",
-        source="aws/eks-node-monitoring-agent charts/eks-node-monitoring-agent/values.yaml nodeAgent.resources."
-        "requests 10m/30Mi, tolerations operator Exists (its dcgm-server: resources {}, no tolerations)",
-    ),
-    AddOnPod(
-        name="fsx-csi-node",
-        namespace="kube-system",
-        kind="DaemonSet",
-        cpu_millis=30,
-        memory_mib=104,
-        where=Where.ALL,
-        enabled_by="checkpoint_storage",
-        source="kubernetes-sigs/aws-fsx-csi-driver charts/aws-fsx-csi-driver v1.9.0 values.yaml: fsx-plugin "
-        "10m/40Mi + node-driver-registrar 10m/32Mi + liveness-probe 10m/32Mi; node.tolerateAllTaints true",
-    ),
-    AddOnPod(
-        name="fsx-csi-controller",
-        namespace="kube-system",
-        kind="Deployment",
-        replicas=2,
-        cpu_millis=40,
-        memory_mib=136,
-        where=Where.SYSTEM,
-        enabled_by="checkpoint_storage",
-        source="aws-fsx-csi-driver v1.9.0 values.yaml: controller.replicaCount 2; fsx-plugin 10m/40Mi + "
-        "csi-provisioner, csi-resizer, liveness-probe 10m/32Mi each; tolerations CriticalAddonsOnly, NoExecute",
-    ),
-    AddOnPod(
-        name="kuberay-operator",
-        namespace="kuberay",
-        kind="Deployment",
-        cpu_millis=_millis(KUBERAY_OPERATOR_CPU),
-        memory_mib=_mib(KUBERAY_OPERATOR_MEMORY),
-        where=Where.SYSTEM,
-        enabled_by="kuberay_operator",
-        source="infra/addons/kuberay_operator.py values (resources.requests, nodeSelector role=system)",
-    ),
-    AddOnPod(
-        name="kueue-controller-manager",
-        namespace="kueue-system",
-        kind="Deployment",
-        cpu_millis=_millis(_KUEUE.cpu_request),
-        memory_mib=_mib(_KUEUE.memory_request),
-        where=Where.SYSTEM,
-        enabled_by="kueue",
-        source="infra/spec/kueue.py KueueProps (controllerManager.manager.resources.requests), "
-        "nodeSelector role=system",
-    ),
+        name=name,
+        namespace=namespace,
+        kind=kind,
+        replicas=replicas,
+        cpu_millis=cpu,
+        memory_mib=memory,
+        where=where,
+        enabled_by=enabled_by,
+        source=source,
+        instance_types=_INSTANCE_TYPES.get(name, ()),
+    )
+    for name, namespace, kind, replicas, cpu, memory, where, enabled_by, source in _TABLE
 )

@@ -15,6 +15,7 @@ from enum import Enum
 from types import MappingProxyType
 
 from infra.spec.errors import ConfigError
+from infra.spec.images import NvrxImageConfig
 from infra.spec.instances import InstanceType, instance_type
 
 # CloudWatch Logs accepts only these retention periods (days).
@@ -505,6 +506,8 @@ class AddOnsConfig:
     observability: bool = True
     # Subscribed to the alarm topic (SNS sends a confirmation mail first); None: no subscription.
     alarm_email: str | None = None
+    # The NVRx job's image: the one built from images/nvrx/Dockerfile, or (where allowed) NVRx installed at pod start.
+    nvrx_image: NvrxImageConfig = field(default_factory=NvrxImageConfig)
 
     def __post_init__(self) -> None:
         if self.alarm_email is not None and not _EMAIL.match(self.alarm_email):
@@ -664,7 +667,9 @@ def _dev() -> Environment:
         add_ons=AddOnsConfig(
             checkpoint_storage=CheckpointStorageConfig(
                 deployment=LustreDeployment.SCRATCH_2, storage_capacity_gib=1200, throughput_per_tib=None
-            )
+            ),
+            # A first try may install NVRx at pod start (an explicit opt-in, NvrxFsdpJob.start_install).
+            nvrx_image=NvrxImageConfig(allow_start_install=True),
         ),
     )
 

@@ -15,6 +15,7 @@ import cdk8s
 from constructs import Construct
 
 from infra.spec import Environment, GpuNodeGroupConfig
+from infra.spec.images import built_image_name, refuse_start_install
 from infra.spec.namespaces import TRAINING
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
 from k8s.fabric_gate_spec import EXIT_FAILED, EXIT_RETRY, TOKEN_ACK, gate_env, gate_flags, gate_pod
@@ -52,6 +53,14 @@ from k8s.ray_spec import (
 )
 
 NAMESPACE = TRAINING.name
+
+
+def nvrx_job_image(environment: Environment, job: NvrxFsdpJob) -> str:
+    """The lock entry the job's pods run: the built image, or the DLC where start_install is allowed and asked for."""
+    refuse_start_install(environment.name, environment.add_ons.nvrx_image, job.start_install)
+    return NVRX_IMAGE if job.start_install else built_image_name(environment.name)
+
+
 # Exit code of training/nvrx_fsdp.py for bad arguments: retrying cannot help.
 EXIT_BAD_CONFIGURATION = 2
 # Every port the pods listen on (names at most 15 characters, IANA_SVC_NAME): the c10d rendezvous, the store
@@ -104,8 +113,9 @@ class NvrxJobChart(cdk8s.Chart):
         # Checked at each pod's start: the image's Python and torch (lock), the pinned start-time packages, the
         # NCCL net plugin, EFA devices and memlock; and that every pod sees the checkpoint directory (markers
         # under it, per run of the Job: its uid).
+        image = nvrx_job_image(environment, job)
         checks = precondition_argv(
-            lock=lock, image=NVRX_IMAGE, packages=[*image_packages(lock, NVRX_IMAGE, ("torch",)), *job.pip], group=group
+            lock=lock, image=image, packages=[*image_packages(lock, image, ("torch",)), *job.pip], group=group
         )
         shared = SharedDirCheck(
             directory=job.checkpoint_dir,
@@ -120,7 +130,7 @@ class NvrxJobChart(cdk8s.Chart):
             preconditions=precondition_script(checks, shared),
         )
         headless_service(self, job.name, PORTS)
-        self.spec = self._job_spec(environment, group, job, lock.pinned(NVRX_IMAGE))
+        self.spec = self._job_spec(environment, group, job, lock.pinned(image))
         metadata = efa_job_metadata(job.name, labels=queue_labels(environment, group.name))
         if job.fabric_gate:
             metadata = cdk8s.ApiObjectMetadata(

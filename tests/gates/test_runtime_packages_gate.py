@@ -51,7 +51,8 @@ def messages(objects: list[tuple[str, dict[str, Any]]], cache: dict[str, Any] | 
 def test_the_committed_workloads_pass(dist: Path) -> None:
     checked, findings = run_gate(dist)
     assert [str(f) for f in findings] == []
-    assert checked > 0  # the NVRx job installs NVRx at start: there is something to check
+    # Nothing is installed at start any more: the NVRx job runs its environment's built image (issue 22).
+    assert checked == 0
 
 
 def test_nvrx_on_the_ray_image_has_no_wheel() -> None:
@@ -127,18 +128,78 @@ def test_pip_installs_in_a_start_script(script: str, expected: list[list[str]]) 
     assert pip_installs_in(script) == expected
 
 
-def test_the_nvrx_start_script_is_read_from_the_manifest(dist: Path) -> None:
+def test_the_nvrx_job_in_the_manifests_is_checked_against_nvrx_support(dist: Path) -> None:
+    """The NVRx job's image (the built one: NVRx among its packages, no start install) meets the support rules; the
+    same manifests on an image whose NCCL crashes with in-process restart are refused."""
     from gates import outputs
+    from gates.runtime_packages import nvrx_combinations
+    from k8s.check_lock import check_lock
 
     installs, findings = start_installs(outputs.manifests(dist))
-    nvrx = [i for i in installs if "nvrx-fsdp" in i.where]
-    assert findings == []
-    assert nvrx, "the NVRx job's start-time install was not found in its manifest"
-    assert all("nvidia-resiliency-ext==0.4.1" in i.packages for i in nvrx)
-    assert all(LOCK.by_reference(i.image) == LOCK.get("nvrx-train") for i in nvrx)
+    assert (installs, findings) == ([], [])
+    lock = check_lock(LOCK)
+    assert nvrx_combinations(outputs.manifests(dist), lock) == []
+    data = lock.to_dict()
+    for env in ("dev", "prod"):
+        data["images"][f"nvrx-train-{env}"]["runtime"]["nccl"] = "2.28.3"
+    bad = nvrx_combinations(outputs.manifests(dist), ImageLock.from_dict(data))
+    assert sorted({f.where.split("/")[-2] for f in bad}) == ["dev", "prod"], [str(f) for f in bad]
+    assert all("NCCL 2.28.3 crashes with NVRx in-process restart" in f.message for f in bad)
 
 
 def test_requirement_files_cannot_be_checked() -> None:
     assert messages([job("pip install -r requirements.txt")]) == [
         "`pip install -r` cannot be checked; list pinned packages instead"
     ]
+
+
+# --- known-bad NVRx combinations (issue 22): NVRx's own support table, k8s/nvrx_support.py ---------------------------
+
+NVRX_START = "python -m pip install --no-cache-dir nvidia-resiliency-ext==0.4.1 transformers==5.23.0"
+NVRX_RUN = "exec ft_launcher --ft-restart-policy=min-healthy -m training.nvrx_fsdp --inprocess"
+
+
+def lock_with(**runtime: Any) -> ImageLock:
+    """The committed lock with the nvrx-train image's runtime facts changed."""
+    data = LOCK.to_dict()
+    data["images"]["nvrx-train"]["runtime"] |= runtime
+    return ImageLock.from_dict(data)
+
+
+def nvrx_messages(script: str, lock: ImageLock) -> list[str]:
+    image = lock.get("nvrx-train").reference + "@sha256:" + "b" * 64
+    _, findings = check_objects([job(script, image)], lock, load_cache())
+    return [f.message for f in findings]
+
+
+def test_the_lock_records_the_nvrx_image_nccl() -> None:
+    runtime = LOCK.get("nvrx-train").runtime
+    assert runtime is not None
+    assert runtime.nccl == "2.27.7"
+
+
+def test_inprocess_restart_on_an_nccl_that_crashes_with_it() -> None:
+    found = nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", lock_with(nccl="2.28.5"))
+    assert any("NCCL 2.28.5 crashes with NVRx in-process restart (NCCL 2.28.3 to 2.28.8" in m for m in found), found
+    # 2.28.9 is the first fixed release; without in-process restart any NCCL will do.
+    assert nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", lock_with(nccl="2.28.9")) == []
+    assert nvrx_messages(f"{NVRX_START}\nexec ft_launcher -m training.nvrx_fsdp", lock_with(nccl="2.28.5")) == []
+
+
+def test_inprocess_restart_on_an_image_whose_nccl_is_not_recorded() -> None:
+    data = LOCK.to_dict()
+    data["images"]["nvrx-train"]["runtime"].pop("nccl", None)
+    found = nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", ImageLock.from_dict(data))
+    assert any("NCCL version is not recorded (runtime.nccl" in m for m in found), found
+
+
+def test_nvrx_0_6_deprecates_inprocess_restart_and_removed_min_healthy() -> None:
+    found = nvrx_messages(f"pip install nvidia-resiliency-ext==0.6.0\n{NVRX_RUN}", LOCK)
+    assert any(m.startswith("NVRx 0.6.0 deprecates in-process restart") for m in found), found
+    assert any(m.startswith("NVRx 0.6.0 removed --ft-restart-policy=min-healthy") for m in found), found
+
+
+def test_nvrx_baked_into_an_image_outside_its_python_range() -> None:
+    lock = lock_with(python="3.13", packages={"torch": "2.9.0", "nvidia-resiliency-ext": "0.4.1"})
+    found = nvrx_messages(NVRX_RUN, lock)
+    assert any(m.startswith("NVRx 0.4.1 supports Python <3.13,>=3.10, the image has Python 3.13") for m in found), found

@@ -329,3 +329,19 @@ def test_placement_group_name_refused_for_plain_on_demand() -> None:
 def test_malformed_placement_group_name(name: str) -> None:
     with pytest.raises(ConfigError, match=r"capacity.placement_group_name="):
         Capacity(kind=CapacityKind.RESERVATION, reservation_id=RESERVATION, placement_group_name=name)
+
+
+def test_addon_pod_table_rows_are_whole_records() -> None:
+    """infra/spec/addon_pods.py builds its records from one table: each row a distinct pod with its kind, a
+    source, and instance types exactly where it selects GPU instance types."""
+    from infra.spec.addon_pods import ADDON_PODS, DCGM_EXPORTER_INSTANCE_TYPES, Where
+
+    names = [pod.name for pod in ADDON_PODS]
+    assert len(names) == len(set(names)) == 15
+    assert {pod.kind for pod in ADDON_PODS} == {"DaemonSet", "Deployment"}
+    assert all(pod.source and pod.replicas >= 1 for pod in ADDON_PODS)
+    assert [(p.name, p.instance_types) for p in ADDON_PODS if p.instance_types or p.where is Where.GPU_TYPES] == [
+        ("dcgm-exporter", DCGM_EXPORTER_INSTANCE_TYPES)
+    ]
+    coredns = next(p for p in ADDON_PODS if p.name == "coredns")
+    assert (coredns.kind, coredns.replicas, coredns.cpu_millis, coredns.memory_mib) == ("Deployment", 2, 100, 70)

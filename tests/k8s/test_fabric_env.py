@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
+import yaml
 
 from infra.spec.instances import INSTANCE_TYPES
 from k8s.fabric_env import OFI_NETWORK_NAME, FabricProfile, fabric_env
@@ -52,3 +57,40 @@ def test_efa_profile_refused_on_an_instance_without_efa() -> None:
 
 def test_order_is_stable() -> None:
     assert list(fabric_env(P5)) == list(fabric_env(P5))
+
+
+@pytest.mark.parametrize("instance", [P5, G6], ids=lambda i: i.name)
+def test_efa_profile_turns_libfabric_huge_pages_off(instance: object) -> None:
+    # The pods request no hugepages-2Mi (issue 22 finding 8): the EFA provider's bounce buffers then come from
+    # ordinary pages, said explicitly so that no image default or node reservation decides it.
+    assert fabric_env(instance)["FI_EFA_USE_HUGE_PAGE"] == "0"  # type: ignore[arg-type]
+    assert "FI_EFA_USE_HUGE_PAGE" not in fabric_env(instance, FabricProfile.TCP_BASELINE)  # type: ignore[arg-type]
+
+
+def test_no_workload_requests_hugepages_and_every_efa_container_turns_them_off(dist: Path) -> None:
+    """Every container that requests an EFA device runs with FI_EFA_USE_HUGE_PAGE=0, and none requests
+    hugepages-*: the ClusterQueues and the rehearsal's node model then have nothing of them to count."""
+    efa_containers = 0
+    for path in sorted(dist.rglob("*.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            for container in _containers(obj):
+                resources = container.get("resources") or {}
+                amounts = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+                assert not [r for r in amounts if r.startswith("hugepages-")], (path.name, container.get("name"))
+                if "vpc.amazonaws.com/efa" in amounts:
+                    efa_containers += 1
+                    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+                    assert env.get("FI_EFA_USE_HUGE_PAGE") == "0", (path.name, container.get("name"))
+    assert efa_containers >= 4
+
+
+def _containers(obj: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                yield from (c for c in value if isinstance(c, dict))
+            else:
+                yield from _containers(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from _containers(value)

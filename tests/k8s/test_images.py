@@ -90,6 +90,36 @@ def test_the_committed_dlc_references_are_frozen_tags() -> None:
     assert all(re.search(r"-v\d+\.\d+\.\d+$", image.tag) for image in ray), [i.reference for i in ray]
 
 
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "public.ecr.aws/deep-learning-containers/pytorch-training:2.9.0-gpu-py312-cu130-ubuntu22.04-ec2",
+        "public.ecr.aws/deep-learning-containers/pytorch-training:2.9-gpu-py312-cu130-ubuntu22.04-ec2-v1",
+        "public.ecr.aws/deep-learning-containers/pytorch-training:2.9.0-gpu-py312-ec2",
+    ],
+)
+def test_a_moving_pytorch_dlc_tag_is_refused(reference: str) -> None:
+    """The PyTorch training DLC's tags without a vX.Y (or with only vX) move with every patch release; the
+    -vX.Y and -vX.Y-<timestamp> ones attach to one image (issue 22, image tags)."""
+    with pytest.raises(ImageLockError, match=r"moving DLC tag.*-vX\.Y"):
+        _lock(reference=reference)
+
+
+@pytest.mark.parametrize(
+    "tag",
+    ["2.9.0-gpu-py312-cu130-ubuntu22.04-ec2-v1.11", "2.9.0-gpu-py312-cu130-ubuntu22.04-ec2-v1.2-2025-12-15-22-03-41"],
+)
+def test_a_frozen_pytorch_dlc_tag_is_accepted(tag: str) -> None:
+    _lock(reference=f"public.ecr.aws/deep-learning-containers/pytorch-training:{tag}")
+
+
+def test_the_committed_pytorch_dlc_references_are_frozen_tags() -> None:
+    lock = ImageLock.load()
+    dlc = [i for i in lock.images.values() if i.repository.endswith("deep-learning-containers/pytorch-training")]
+    assert dlc
+    assert all(re.search(r"-v\d+\.\d+(-\d{4}(-\d{2}){5})?$", image.tag) for image in dlc), [i.reference for i in dlc]
+
+
 @pytest.mark.parametrize("digest", ["sha256:abc", "md5:" + "a" * 64, "sha256:" + "G" * 64, "sha256:" + "A" * 64])
 def test_malformed_digest_is_refused(digest: str) -> None:
     with pytest.raises(ImageLockError, match=r"digest=.* is malformed"):

@@ -17,8 +17,9 @@ import pytest
 from nvidia_resiliency_ext.fault_tolerance.launcher import get_args_parser
 
 from gates.manifests import check_objects
-from infra.spec import ENVIRONMENTS
+from infra.spec import ENVIRONMENTS, ConfigError
 from k8s.charts.nvrx_job import NVRX_IMAGE, NvrxJobChart
+from k8s.check_lock import check_lock
 from k8s.fabric_env import fabric_env
 from k8s.images import ImageLock
 from k8s.nvrx_spec import (
@@ -38,7 +39,7 @@ from tests.tiers import starts_training_processes
 from training.nvrx_config import parse_job
 
 DIGEST = "sha256:" + hashlib.sha256(b"nvrx chart test image").hexdigest()
-LOCK = ImageLock.load().with_digest(NVRX_IMAGE, DIGEST)
+LOCK = check_lock(ImageLock.load()).with_digest(NVRX_IMAGE, DIGEST)
 
 
 def _chart(env: str, job: NvrxFsdpJob | None = None) -> tuple[NvrxJobChart, dict[str, dict[str, Any]]]:
@@ -92,7 +93,7 @@ def test_each_pod_takes_the_whole_p5_from_the_instance_facts(prod: Any) -> None:
         assert resources["nvidia.com/gpu"] == str(facts.gpu.count) == "8"
         assert resources["vpc.amazonaws.com/efa"] == str(facts.efa.max_interfaces) == "32"
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
-    assert container["image"].endswith("@" + DIGEST)
+    assert container["image"] == LOCK.pinned("nvrx-train-prod")
     volumes = {v["name"]: v for v in _pod(objects)["volumes"]}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -422,3 +423,40 @@ def test_checkpoint_interval_from_young_daly() -> None:
     )
     with pytest.raises(WorkloadError, match="step_time_s=0"):
         CheckpointPolicy.young_daly(checkpoint_stall_s=0.2, step_time_s=0, nodes=8)
+
+
+# --- the NVRx image, built, not patched at pod start (issue 22, Also) -------------------------------------------------
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_the_job_runs_the_environments_built_image_and_installs_nothing(env: str) -> None:
+    chart, objects = _chart(env)
+    image = _container(objects)["image"]
+    assert image.split("@")[0] == LOCK.get(f"nvrx-train-{env}").reference
+    assert f"/{ENVIRONMENTS[env].cluster.name}/nvrx-train:nvrx-" in image
+    assert "pip install" not in chart.script
+    assert "nvidia-resiliency-ext==0.4.1" in _container(objects)["command"][-1]  # still checked at each pod start
+
+
+def test_start_install_is_an_opt_in_dev_allows() -> None:
+    chart, objects = _chart("dev", NvrxFsdpJob(start_install=True))
+    assert _container(objects)["image"].split("@")[0] == LOCK.get(NVRX_IMAGE).reference
+    assert "python -m pip install --no-cache-dir nvidia-resiliency-ext==0.4.1 transformers==5.23.0" in chart.script
+
+
+def test_prod_refuses_the_start_install() -> None:
+    with pytest.raises(ConfigError) as err:
+        _chart("prod", NvrxFsdpJob(start_install=True))
+    message = str(err.value)
+    assert message.startswith("nvrx.start_install=True is invalid; allowed: False. Fix: environment prod runs")
+    assert "scripts/build_nvrx_image.sh prod ACCOUNT" in message
+    assert "trainctl pin --built prod --account ACCOUNT" in message
+
+
+def test_synth_without_the_built_image_says_how_to_build_and_pin_it(tmp_path: Path) -> None:
+    from k8s.images import UnpinnedImagesError
+    from k8s.main import synth_all
+
+    with pytest.raises(UnpinnedImagesError, match=r"nvrx-train-dev.*scripts/build_nvrx_image.sh dev"):
+        synth_all(tmp_path, ImageLock.load().with_digest(NVRX_IMAGE, DIGEST).with_digest("ray-train", DIGEST))
+    assert (tmp_path / "dev" / "namespaces.k8s.yaml").exists()

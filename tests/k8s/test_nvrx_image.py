@@ -51,6 +51,25 @@ def test_the_build_script_parses_and_pins_through_trainctl() -> None:
     assert subprocess.run(["bash", "-n", str(BUILD)], capture_output=True, text=True).returncode == 0
     text = BUILD.read_text()
     assert 'docker build --build-arg "BASE=$base"' in text
-    assert 'trainctl pin --set "nvrx-train=' in text
+    assert 'trainctl pin --set "nvrx-train-$env=' in text
+    assert 'python3 -m k8s.built_images add "$env" "$account"' in text
     usage = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=30)
-    assert (usage.returncode, usage.stderr.strip()) == (2, f"usage: {BUILD} ACCOUNT REGION [TAG]")
+    assert (usage.returncode, usage.stderr.strip()) == (2, f"usage: {BUILD} ENV ACCOUNT")
+
+
+def test_the_built_image_entry_is_added_unpinned_with_the_dockerfile_packages() -> None:
+    from infra.spec import ENVIRONMENTS
+    from k8s.built_images import built_image, built_reference
+    from k8s.images import ImageLock
+    from k8s.nvrx_spec import NvrxFsdpJob
+
+    lock = ImageLock.load()
+    prod = ENVIRONMENTS["prod"]
+    entry = built_image(lock, prod, reference=built_reference(prod, "123456789012"), digest=None)
+    assert entry.name == "nvrx-train-prod"
+    assert entry.reference.startswith("123456789012.dkr.ecr.us-east-2.amazonaws.com/ml-prod/nvrx-train:nvrx-")
+    assert entry.runtime is not None
+    base = lock.get(NVRX_IMAGE).runtime
+    assert base is not None
+    assert (entry.runtime.python, entry.runtime.nccl) == (base.python, base.nccl)
+    assert {f"{n}=={v}" for n, v in entry.runtime.packages.items()} >= set(NvrxFsdpJob().pip)

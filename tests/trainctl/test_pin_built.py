@@ -1,0 +1,81 @@
+"""`trainctl pin --built ENV`: the environment's built NVRx image pinned with the digest ECR reports for the
+Dockerfile's tag (moto in server mode on loopback)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+
+from infra.spec.images import context_tag
+from k8s.images import LOCK_PATH, ImageLock
+from tests.trainctl.fake_aws import MotoServer
+from trainctl.exit_codes import ExitCode
+from trainctl.pin import Status, pin_built
+
+ACCOUNT = "123456789012"
+pytestmark = pytest.mark.usefixtures("fake_aws_credentials")
+
+
+def _ecr(moto: MotoServer) -> object:
+    return boto3.Session().client("ecr", region_name="us-east-2", endpoint_url=moto.url)
+
+
+def moto_reset(ecr: object) -> None:
+    # The moto server lives for the module; the repository may be left from the test before.
+    with contextlib.suppress(Exception):
+        ecr.delete_repository(repositoryName="ml-prod/nvrx-train", force=True)  # type: ignore[attr-defined]
+
+
+def _push(ecr: object, tag: str) -> str:
+    moto_reset(ecr)
+    ecr.create_repository(repositoryName="ml-prod/nvrx-train")  # type: ignore[attr-defined]
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "size": 2,
+            "digest": "sha256:" + "1" * 64,
+        },
+        "layers": [],
+    }
+    answer = ecr.put_image(  # type: ignore[attr-defined]
+        repositoryName="ml-prod/nvrx-train", imageManifest=json.dumps(manifest), imageTag=tag
+    )
+    return str(answer["image"]["imageId"]["imageDigest"])
+
+
+def test_the_built_image_is_pinned_from_describe_images(moto: MotoServer, tmp_path: Path) -> None:
+    lock_path = tmp_path / "images.lock.json"
+    lock_path.write_bytes(LOCK_PATH.read_bytes())
+    digest = _push(_ecr(moto), context_tag())
+    report = pin_built(lock_path, "prod", ACCOUNT, _ecr(moto))
+    assert report.exit_code is ExitCode.OK, report.render()
+    (result,) = report.images
+    assert (result.name, result.status, result.new_digest) == ("nvrx-train-prod", Status.PINNED, digest)
+    entry = ImageLock.load(lock_path).get("nvrx-train-prod")
+    assert entry.pinned == f"{ACCOUNT}.dkr.ecr.us-east-2.amazonaws.com/ml-prod/nvrx-train:{context_tag()}@{digest}"
+    assert entry.runtime is not None
+    assert entry.runtime.packages["nvidia-resiliency-ext"] == "0.4.1"
+    again = pin_built(lock_path, "prod", ACCOUNT, _ecr(moto))
+    assert (again.images[0].status, again.written) == (Status.UNCHANGED, False)
+
+
+def test_a_tag_not_pushed_yet_writes_nothing_and_says_how_to_build(moto: MotoServer, tmp_path: Path) -> None:
+    lock_path = tmp_path / "images.lock.json"
+    lock_path.write_bytes(LOCK_PATH.read_bytes())
+    _push(_ecr(moto), "nvrx-000000000000")  # another Dockerfile's tag
+    report = pin_built(lock_path, "prod", ACCOUNT, _ecr(moto))
+    assert report.exit_code is ExitCode.ERROR
+    assert "scripts/build_nvrx_image.sh prod 123456789012" in str(report.images[0].error)
+    assert lock_path.read_bytes() == LOCK_PATH.read_bytes()
+
+
+def test_an_unknown_environment_or_account_is_refused(tmp_path: Path) -> None:
+    report = pin_built(tmp_path / "none.json", "staging", "42", object())
+    assert report.exit_code is ExitCode.ERROR
+    assert report.errors[0].startswith("--built 'staging' --account '42': expected one of dev, prod")
