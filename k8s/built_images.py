@@ -15,9 +15,8 @@ from types import MappingProxyType
 
 from infra.spec import ENVIRONMENTS, Environment
 from infra.spec.images import built_image_name, context_tag, repository_name
-from k8s.charts.nvrx_job import NVRX_IMAGE
 from k8s.images import ImageLock, ImageLockError, ImageRuntime, LockedImage
-from k8s.nvrx_spec import NvrxFsdpJob
+from k8s.nvrx_spec import NVRX_IMAGE, NvrxFsdpJob
 
 PLACEHOLDER_ACCOUNT = "000000000000"
 _PIN = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._-]*)==(?P<version>\S+)$")

@@ -80,6 +80,7 @@ def _object(
     kind: str,
     name: str,
     namespace: str | None = None,
+    annotations: dict[str, str] | None = None,
     **fields: Any,
 ) -> cdk8s.ApiObject:
     """An object with only a name (and namespace) in its metadata and `fields` (rules, roleRef, subjects, spec) at
@@ -89,7 +90,7 @@ def _object(
         construct_id,
         api_version=api_version,
         kind=kind,
-        metadata=cdk8s.ApiObjectMetadata(name=name, namespace=namespace),
+        metadata=cdk8s.ApiObjectMetadata(name=name, namespace=namespace, annotations=annotations),
     )
     for key, value in fields.items():
         obj.add_json_patch(cdk8s.JsonPatch.add(f"/{key}", value))
@@ -98,6 +99,9 @@ def _object(
 
 def _service_account(namespace: str) -> dict[str, str]:
     return {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}
+
+
+NODE_EVENTS_ACK = "CKV_K8S_21=a Node's Events must be in default (Kubernetes events validation); create on events only"
 
 
 class FabricGateChart(cdk8s.Chart):
@@ -117,7 +121,20 @@ class FabricGateChart(cdk8s.Chart):
                 roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE},
                 subjects=[_service_account(namespace)],
             )
-        _object(self, "events-nodes", RBAC, "Role", EVENTS_ROLE, NODE_EVENT_NAMESPACE, rules=events)
+        # The API server takes a cluster-scoped object's Events only in "default" (Kubernetes 1.36
+        # pkg/apis/core/validation/events.go legacyValidateEvent), so this Role lives there: checkov's
+        # CKV_K8S_21 is acknowledged on it, and it grants `create` on events and nothing else.
+        node_events_ack = {"checkov.io/skip1": NODE_EVENTS_ACK}
+        _object(
+            self,
+            "events-nodes",
+            RBAC,
+            "Role",
+            EVENTS_ROLE,
+            NODE_EVENT_NAMESPACE,
+            annotations=node_events_ack,
+            rules=events,
+        )
         _object(
             self,
             "events-nodes-binding",
@@ -125,6 +142,7 @@ class FabricGateChart(cdk8s.Chart):
             "RoleBinding",
             EVENTS_ROLE,
             NODE_EVENT_NAMESPACE,
+            annotations=node_events_ack,
             roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE},
             subjects=[_service_account(ns) for ns in namespaces],
         )

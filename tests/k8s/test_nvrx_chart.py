@@ -18,12 +18,13 @@ from nvidia_resiliency_ext.fault_tolerance.launcher import get_args_parser
 
 from gates.manifests import check_objects
 from infra.spec import ENVIRONMENTS, ConfigError
-from k8s.charts.nvrx_job import NVRX_IMAGE, NvrxJobChart
+from k8s.charts.nvrx_job import NvrxJobChart
 from k8s.check_lock import check_lock
 from k8s.fabric_env import fabric_env
 from k8s.images import ImageLock
 from k8s.nvrx_spec import (
     INPROCESS_STORE_PORT,
+    NVRX_IMAGE,
     RENDEZVOUS_PORT,
     WRAPPER_STORE_PORT,
     CheckpointPolicy,

@@ -9,9 +9,8 @@ import shlex
 import subprocess
 import sys
 
-from k8s.charts.nvrx_job import NVRX_IMAGE
 from k8s.images import ImageLock
-from k8s.nvrx_spec import NvrxFsdpJob
+from k8s.nvrx_spec import NVRX_IMAGE, NvrxFsdpJob
 from tests.conftest import ROOT
 
 DOCKERFILE = ROOT / "images/nvrx/Dockerfile"
