@@ -132,6 +132,9 @@ def test_the_suites_launchers_are_classified(request: pytest.FixtureRequest) -> 
         ([sys.executable, "-m", "tests.fabric_gate.gate_worker", "0", "2"], True),
         ([sys.executable, "-m", "training.fabric_analyzer", "-"], False),  # standard library only
         ([sys.executable, "-m", "k8s.check_lock", "out.json"], False),
+        # The gate's offline modes join no process group (the in-job gate runs inside the training process).
+        ([sys.executable, "-m", "training.fabric_gate", "judge", "--nodes", "2", "x.log"], False),
+        ([sys.executable, "-m", "training.fabric_gate", "supervise", "--", "python", "-c", "pass"], False),
         (["bash", "-n", "scripts/gpu_smoke.sh"], False),
     ],
 )

@@ -131,11 +131,19 @@ def _module_starts_training(module: str) -> bool:
     return source.is_file() and bool(_USES_DISTRIBUTED.search(source.read_text(encoding="utf-8")))
 
 
+# Subcommands of such a module that join no process group: the gate's offline judge and its supervisor (which only
+# waits on the command it is given; that command is the guarded one).
+OFFLINE_SUBCOMMANDS = {"training.fabric_gate": frozenset({"judge", "supervise"})}
+
+
 def training_command(argv: Sequence[str]) -> bool:
     if any(os.path.basename(arg) in LAUNCHERS for arg in argv):
         return True
-    for flag, module in itertools.pairwise(argv):
+    for i, (flag, module) in enumerate(itertools.pairwise(argv)):
         if flag == "-m":
+            subcommand = argv[i + 2] if i + 2 < len(argv) else ""
+            if subcommand in OFFLINE_SUBCOMMANDS.get(module, frozenset()):
+                return False
             return module in LAUNCHER_MODULES or _module_starts_training(module)
     return False
 

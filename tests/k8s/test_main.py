@@ -49,6 +49,7 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
         assert kinds["nvrx-fsdp.k8s.yaml"] == ["Service", "Job"]
         assert sorted(kinds["fabric-gate.k8s.yaml"]) == sorted(
             ["ServiceAccount", "Role", "RoleBinding"] * 2
+            + ["Role", "RoleBinding"]  # in default, for the Nodes' Events
             + ["ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
         )
 

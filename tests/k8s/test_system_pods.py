@@ -11,6 +11,7 @@ import pytest
 
 from infra.spec import ENVIRONMENTS, ConfigError, Scaling, SystemNodeGroupConfig
 from infra.spec.system_room import SystemPod
+from k8s.check_lock import check_lock
 from k8s.images import ImageLock
 from k8s.main import build
 from k8s.system_pods import ray_system_pods
@@ -49,7 +50,7 @@ def test_synth_refuses_an_environment_whose_system_nodes_cannot_hold_both_heads(
         ENVIRONMENTS["dev"], system_nodes=SystemNodeGroupConfig(scaling=Scaling(min_size=1, desired_size=2, max_size=3))
     )
     with pytest.raises(ConfigError) as error:
-        build(cdk8s.App(), small, LOCK)
+        build(cdk8s.App(), small, check_lock(LOCK))  # with the built NVRx images' placeholders
     assert error.value.field == "dev.system_nodes"
     assert (
         "RayCluster training head (2000m, 8192Mi) may use the 1 system node(s), each with 2475m and 13604Mi after the "
