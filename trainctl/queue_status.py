@@ -15,8 +15,9 @@ from infra.spec import ConfigError, get_environment
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, quota_nodes
 from trainctl import queue_quota
 from trainctl.kube import api_errors
+from trainctl.node_readiness import NODEGROUP_LABEL, expectation, survey
 from trainctl.output import table
-from trainctl.scale import NODEGROUP_LABEL, expectation, nodegroup_name, survey
+from trainctl.scale import nodegroup_name
 
 PLATFORM_SELECTOR = "app.kubernetes.io/managed-by=ml-platform"
 ENVIRONMENT_LABEL = "platform/environment"

@@ -30,46 +30,17 @@ from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S, ConnectError
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import KubeError
 from trainctl.node_readiness import (
-    EFA_PLUGIN,
     EFA_RESOURCE,
     GPU_RESOURCE,
     NODEGROUP_LABEL,
-    NVIDIA_PLUGIN,
-    POLL_S,
-    Expectation,
     NodeReport,
-    NodeView,
-    Plugin,
-    PodView,
     expectation,
-    node_problems,
-    survey,
     wait_for_nodes,
 )
-from trainctl.output import table
 
-__all__ = [
-    "DEFAULT_WAIT_S",
-    "EFA_PLUGIN",
-    "EFA_RESOURCE",
-    "GPU_RESOURCE",
-    "NODEGROUP_LABEL",
-    "NVIDIA_PLUGIN",
-    "POLL_S",
-    "Expectation",
-    "NodeReport",
-    "NodeView",
-    "Plugin",
-    "PodView",
-    "ScaleReport",
-    "expectation",
-    "follow_update",
-    "node_problems",
-    "nodegroup_name",
-    "scale",
-    "survey",
-    "wait_for_nodes",
-]
+# The command's poll interval (trainctl/commands/scale.py reads it here, so a test can shorten it here).
+from trainctl.node_readiness import POLL_S as POLL_S
+from trainctl.output import table
 
 ENVIRONMENTS_FILE = "infra/spec/environments.py"
 DEFAULT_WAIT_S = 1800.0

@@ -21,7 +21,8 @@ from tests.trainctl.test_submit import write_kubeconfig
 from trainctl.aws import Aws
 from trainctl.cli import main
 from trainctl.eks_auth import api_client_from_kubeconfig
-from trainctl.scale import EFA_PLUGIN, EFA_RESOURCE, GPU_RESOURCE, NODEGROUP_LABEL, NVIDIA_PLUGIN, ScaleReport, scale
+from trainctl.node_readiness import EFA_PLUGIN, EFA_RESOURCE, GPU_RESOURCE, NODEGROUP_LABEL, NVIDIA_PLUGIN
+from trainctl.scale import ScaleReport, scale
 
 pytestmark = pytest.mark.usefixtures("fake_aws_credentials")
 

@@ -18,8 +18,9 @@ from tests.trainctl.fake_ray import HEAD_LABELS, FakeRayHead
 from tests.trainctl.test_submit import HEAD, write_kubeconfig
 from trainctl.cli import main
 from trainctl.eks_auth import api_client_from_kubeconfig
+from trainctl.node_readiness import EFA_PLUGIN, EFA_RESOURCE, GPU_RESOURCE, NODEGROUP_LABEL, NVIDIA_PLUGIN
 from trainctl.queue_status import list_group_queues
-from trainctl.scale import EFA_PLUGIN, EFA_RESOURCE, GPU_RESOURCE, NODEGROUP_LABEL, NVIDIA_PLUGIN, nodegroup_name
+from trainctl.scale import nodegroup_name
 
 ENV = get_environment("dev")
 GROUP = ENV.gpu_node_groups[0]
