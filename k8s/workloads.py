@@ -6,6 +6,11 @@ import re
 from dataclasses import dataclass
 
 from k8s.ray_spec import WorkloadError
+from training.fabric_gate import GateConfig
+
+# A gated RayJob's retries: one fewer than the gate's failures per run, so that each retryable gate failure re-places
+# the workers once and the last one (exit 76) is final.
+GATE_RETRIES = GateConfig().max_failures - 1
 
 _PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 
@@ -60,7 +65,11 @@ class RayFinetuneJob:
     # pods. At most a minute. The driver log (with the workers' NCCL lines, RAY_DEDUP_LOGS=0 and log_to_driver)
     # outlives the cluster in the submitter pod (`kubectl logs -n ray job/<name>`); weights are on the claim.
     ttl_seconds_after_finished: int = 60
-    backoff_limit: int = 0
+    # KubeRay v1.7.0 retries a Failed RayJob on a new RayCluster (new pods, which the scheduler places with the fabric
+    # gate's taint in force) while status.failed < backoffLimit + 1, for any failure except DeadlineExceeded: there
+    # is no exit-code filter (rayjob_controller.go checkBackoffLimitAndUpdateStatusIfNeeded). A gated job needs
+    # GATE_RETRIES; each also runs a failed fine-tune once more, from step 0 (it does not resume).
+    backoff_limit: int = GATE_RETRIES
     # The fabric gate before step 1 (training/fabric_gate.py), on whenever the job's cluster has 2 or more nodes.
     fabric_gate: bool = True
 
@@ -71,6 +80,14 @@ class RayFinetuneJob:
         require_pinned_packages("ray_finetune.pip", self.pip)
         if self.active_deadline_seconds < 60:
             raise WorkloadError(f"ray_finetune.active_deadline_seconds={self.active_deadline_seconds} is below 60")
+        if not 0 <= self.backoff_limit <= 10:
+            raise WorkloadError(f"ray_finetune.backoff_limit={self.backoff_limit} must be 0 to 10")
+        if self.fabric_gate and self.backoff_limit < GATE_RETRIES:
+            raise WorkloadError(
+                f"ray_finetune.backoff_limit={self.backoff_limit} is below {GATE_RETRIES} with fabric_gate on: a gate "
+                "failure would fail the RayJob for good instead of re-placing its workers off the tainted node; set "
+                f"backoff_limit={GATE_RETRIES} or more (KubeRay retries a RayJob on a new cluster only through it)"
+            )
         if not 0 <= self.ttl_seconds_after_finished <= 60:
             raise WorkloadError(
                 f"ray_finetune.ttl_seconds_after_finished={self.ttl_seconds_after_finished} must be 0 to 60: Kueue "

@@ -19,6 +19,10 @@ class PodAPI(Protocol):
         """Creates the pod; it runs as soon as it is placed (it may stay Pending)."""
         ...
 
+    def add_service(self, service: dict[str, Any]) -> None:
+        """A Service a controller creates while the run goes on (a retried RayJob's new head Service)."""
+        ...
+
     def kill(self, pod: Pod, *, disruption: str | None = None) -> None:
         """Deletes the pod (SIGKILL of every process); `disruption`: the DisruptionTarget reason it gets."""
         ...

@@ -56,6 +56,7 @@ class FakeRuntime:
     ) -> None:
         self.clock = clock or FakeClock()
         self.pods: dict[str, Pod] = {}
+        self.services: list[dict[str, Any]] = []
         self.scripts = scripts or {}
         self.dashboard = dashboard
         self.attempts: dict[str, int] = {}

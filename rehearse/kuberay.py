@@ -61,6 +61,8 @@ AUTOSCALER_CPU = "500m"
 AUTOSCALER_MEMORY = "512Mi"
 CLUSTER_SELECTOR_KEY = "ray.io/cluster"  # utils/constant.go RayJobClusterSelectorKey
 TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
+# checkBackoffLimitAndUpdateStatusIfNeeded (rayjob_controller.go): the failure reasons backoffLimit never retries.
+NOT_RETRIED = ("DeadlineExceeded", "JobStatusCheckTimeoutExceeded")
 # What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
 SUBMITTER_BACKOFF_LIMIT = 2
 
@@ -356,6 +358,9 @@ class RayJobController:
     conditions: list[dict[str, str]] = field(default_factory=list)
     # The other workloads of the run (clusterSelector picks a RayCluster among them).
     run_objects: list[dict[str, Any]] = field(default_factory=list)
+    # status.failed / status.succeeded: the attempts that ended Failed / Complete with SUCCEEDED.
+    failed: int = 0
+    succeeded: int = 0
 
     def __post_init__(self) -> None:
         meta, spec = self.obj["metadata"], self.obj["spec"]
@@ -428,6 +433,49 @@ class RayJobController:
         self.deployment_status = "Initializing"
         self._submit_when_ready(api)
 
+    def _retry(self, api: PodAPI, message: str) -> None:
+        """KubeRay v1.7.0 rayjob_controller.go: checkBackoffLimitAndUpdateStatusIfNeeded turns a Failed RayJob with
+        status.failed < backoffLimit + 1 (and a reason other than NOT_RETRIED) into Retrying before the status is
+        written, so Kueue never sees it Failed (its RayJob.Finished is Complete or Failed only). The Retrying case
+        deletes the RayCluster (not one chosen by clusterSelector) and the submitter Job, waits until both are gone,
+        resets the status and goes to New; initRayJobStatusIfNeed then names a new cluster and job id and resets
+        StartTime, so activeDeadlineSeconds counts per attempt. There is no exit-code filter: any failure retries."""
+        limit = int(self.spec["backoffLimit"])
+        self.deployment_status, self.message = "Retrying", message
+        self.notes.append(
+            f"Retrying at {api.now() - self.started:.1f} s of its attempt: failed {self.failed} of backoffLimit "
+            f"{limit} + 1 ({message}); a new RayCluster and Ray job id follow"
+        )
+        if self.submitter is not None:
+            for pod in self.submitter.active:
+                pod.deleted_by_controller = True
+                api.kill(pod)
+        if self.selected is None:
+            for pod in self.cluster_pods:
+                pod.deleted_by_controller = True
+                api.kill(pod)
+
+    def _after_retry(self, api: PodAPI) -> None:
+        """Retrying -> New -> Initializing once the old cluster's and submitter's pods are gone."""
+        if any(p.running for p in self.pods):
+            return
+        self.job_status, self.message, self.submitter = "NEW", "", None
+        self.job_id = f"{self.name}-{random_suffix()}"
+        self.started = api.now()
+        if self.selected is not None:
+            self.deployment_status = "Initializing"
+            return
+        self.cluster = RayClusterPods(
+            f"{self.name}-{random_suffix()}", self.namespace, self.spec["rayClusterSpec"], f"RayJob/{self.name}"
+        )
+        for service in self.cluster.services():
+            self.services.append(service)
+            api.add_service(service)
+        self.cluster_pods = [api.start(plan) for plan in self.cluster.plans()]
+        self.pods += self.cluster_pods
+        self.deployment_status = "Initializing"
+        self._submit_when_ready(api)
+
     def _submit_when_ready(self, api: PodAPI) -> None:
         """KubeRay creates the submitter Job once the RayCluster is ready (rayjob_controller.go: the RayJob
         stays Initializing until the cluster's state is Ready, then Running): here once every cluster pod
@@ -492,7 +540,7 @@ class RayJobController:
         }
 
     def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
-        if self.finished is not None or pod.deleted_by_controller:
+        if self.finished is not None or pod.deleted_by_controller or self.deployment_status == "Retrying":
             return
         if pod in self.cluster_pods:
             # Restarted in place under restartPolicy Always on a cluster; a head loss ends the job here.
@@ -502,7 +550,15 @@ class RayJobController:
         self.submitter.on_pod_end(api, pod)
         self.pods += [p for p in self.submitter.pods if p not in self.pods]
 
-    def _finish(self, api: PodAPI, deployment: str, message: str) -> None:
+    def _finish(self, api: PodAPI, deployment: str, message: str, *, reason: str = "") -> None:
+        if deployment == "Failed":
+            self.failed += 1
+        elif self.job_status == "SUCCEEDED":
+            self.succeeded += 1
+        limit = self.spec.get("backoffLimit")
+        if deployment == "Failed" and limit is not None and self.failed < int(limit) + 1 and reason not in NOT_RETRIED:
+            self._retry(api, message)
+            return
         self.deployment_status, self.message, self.finished = deployment, message, api.now()
         if self.submitter is not None:
             for pod in self.submitter.active:
@@ -514,6 +570,9 @@ class RayJobController:
             api.kill(pod)
 
     def tick(self, api: PodAPI) -> None:
+        if self.deployment_status == "Retrying":
+            self._after_retry(api)
+            return
         if self.finished is None and self.submitter is None and self.selected is not None:
             if self.selected.done:
                 self._finish(api, "Failed", f"RayCluster/{self.selected.name} ended before the job was submitted")
@@ -524,7 +583,12 @@ class RayJobController:
             return
         deadline = self.spec.get("activeDeadlineSeconds")
         if deadline is not None and api.now() - self.started > deadline:
-            self._finish(api, "Failed", "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds")
+            self._finish(
+                api,
+                "Failed",
+                "DeadlineExceeded: the RayJob ran longer than activeDeadlineSeconds",
+                reason="DeadlineExceeded",
+            )
             return
         self._submit_when_ready(api)
         if self.submitter is None:
@@ -557,7 +621,12 @@ class RayJobController:
         self.suspend(api, reason)
 
     def status_fields(self) -> dict[str, str]:
-        return {"jobDeploymentStatus": self.deployment_status, "jobStatus": self.job_status}
+        return {
+            "jobDeploymentStatus": self.deployment_status,
+            "jobStatus": self.job_status,
+            "failed": str(self.failed),
+            "succeeded": str(self.succeeded),
+        }
 
     def state(self) -> tuple[str, str]:
         return self.deployment_status, f"jobStatus {self.job_status}: {self.message}".strip()

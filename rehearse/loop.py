@@ -35,6 +35,8 @@ class Backend(Protocol):
     """Where pods run: the process runtime (pods.Runtime) or the fake one (fake.FakeRuntime)."""
 
     pods: dict[str, Pod]
+    # The Services whose names the pods resolve (pods.Runtime writes them into each pod's /etc/hosts).
+    services: list[dict[str, Any]]
 
     @property
     def clock(self) -> Clock: ...
@@ -67,6 +69,10 @@ class Scheduler:
 
     def now(self) -> float:
         return self.backend.clock.now()
+
+    def add_service(self, service: dict[str, Any]) -> None:
+        if service not in self.backend.services:
+            self.backend.services.append(service)
 
     def start(self, plan: PodPlan) -> Pod:
         pod = self.backend.create(plan)

@@ -256,7 +256,9 @@ RAY_JOB: dict[str, Support] = {
     "spec.shutdownAfterJobFinishes": honoured(KUBERAY_JOB),
     "spec.ttlSecondsAfterFinished": inert("delays the cluster's deletion after the job; the verdict is read first"),
     "spec.activeDeadlineSeconds": honoured(f"{KUBERAY_JOB}: Failed, DeadlineExceeded"),
-    "spec.backoffLimit": honoured(f"{KUBERAY_JOB}: retries of the RayJob (none)", (0,)),
+    "spec.backoffLimit": honoured(
+        f"{KUBERAY_JOB}: a failed RayJob retried on a new cluster (checkBackoffLimitAndUpdateStatusIfNeeded)"
+    ),
     "spec.suspend": honoured(f"{KUBERAY_JOB}: a RayJob that is not suspended", (False,)),
     "spec.submitterConfig.backoffLimit": honoured(f"{KUBERAY_JOB} (default 2)"),
     "spec.submissionMode": honoured(f"{KUBERAY_JOB}: a submitter Job (K8sJobMode)", ("K8sJobMode",)),

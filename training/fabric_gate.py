@@ -536,36 +536,67 @@ class KubeApi:
         return result
 
 
+def read_workload_uid(
+    api: KubeApi | None, workload: str | None, namespace: str, environ: Mapping[str, str] | None = None
+) -> tuple[str | None, str | None]:
+    """The uid the workload's Event names, and why there is none: a Job's from JOB_UID (its pods' label
+    batch.kubernetes.io/controller-uid, k8s/job_parts.py), a RayJob's read from the API (KubeRay v1.7.0 labels the
+    pods of a RayJob's cluster with its name, ray.io/originated-from-cr-name, never its uid)."""
+    if not workload:
+        return None, None
+    kind, name = workload.split("/")
+    if kind == "Job":
+        uid = (os.environ if environ is None else environ).get("JOB_UID")
+        return (uid, None) if uid else (None, "JOB_UID is not set")
+    if kind == "RayJob" and api is not None:
+        try:
+            found = api.request("GET", f"/apis/ray.io/v1/namespaces/{namespace}/rayjobs/{name}")
+        except KubeError as exc:
+            return None, str(exc)
+        return str(found["metadata"]["uid"]), None
+    return None, f"no uid is known for a {kind}"
+
+
 def taint_value(verdict: GateVerdict) -> str:
     """A label-value-safe word for the taint (the Events carry the words)."""
     return "fallback" if verdict.failing else "below-floor" if verdict.bandwidth_failed else "failed"
 
 
-def take_out(verdict: GateVerdict, api: KubeApi | None, *, namespace: str, workload: str | None) -> list[str]:
-    """Taints the suspects and posts the Events; returns what happened, errors included (never raises)."""
+def take_out(
+    verdict: GateVerdict, api: KubeApi | None, *, namespace: str, workload: str | None, workload_uid: str | None = None
+) -> list[str]:
+    """Taints the suspects and posts the Events; returns what happened, errors included (never raises).
+
+    Each Event names its object's uid: kubectl (v0.36 pkg/describe/describe.go searchEvents) selects a described
+    object's Events by involvedObject.uid, for a node either node.uid or, the kubelet's convention, the node's name;
+    an Event without one is listed by `kubectl get events` only."""
     done: list[str] = []
     if api is None:
         return ["no Kubernetes API (no service-account token in the pod): no taint, no Event"]
     message = verdict.summary()
     for node in verdict.suspects:
+        uid = node
         try:
-            api.taint_node(node, taint_value(verdict))
+            tainted = api.taint_node(node, taint_value(verdict))
+            uid = str((tainted.get("metadata") or {}).get("uid") or node)
             done.append(f"tainted {node} {TAINT_KEY}={taint_value(verdict)}:{TAINT_EFFECT}")
         except KubeError as exc:
             done.append(f"could not taint {node}: {exc}")
         try:
-            api.event(NODE_EVENT_NAMESPACE, {"kind": "Node", "name": node, "apiVersion": "v1"}, message)
+            api.event(NODE_EVENT_NAMESPACE, {"kind": "Node", "name": node, "apiVersion": "v1", "uid": uid}, message)
             done.append(f"Event on node {node}")
         except KubeError as exc:
             done.append(f"could not post the Event on node {node}: {exc}")
     if workload:
         kind, name = workload.split("/")
         api_version = "ray.io/v1" if kind.startswith("Ray") else "batch/v1"
+        involved = {"kind": kind, "name": name, "namespace": namespace, "apiVersion": api_version}
+        found, missing = (workload_uid, None) if workload_uid else read_workload_uid(api, workload, namespace)
+        if found:
+            involved["uid"] = found
         try:
-            api.event(
-                namespace, {"kind": kind, "name": name, "namespace": namespace, "apiVersion": api_version}, message
-            )
-            done.append(f"Event on {workload}")
+            api.event(namespace, involved, message)
+            done.append(f"Event on {workload}" + (f" (without its uid: {missing})" if missing else ""))
         except KubeError as exc:
             done.append(f"could not post the Event on {workload}: {exc}")
     return done
@@ -689,6 +720,10 @@ class GateFailedError(RuntimeError):
         super().__init__(verdict.summary())
         self.verdict = verdict
         self.exit_code = exit_code
+
+    def __reduce__(self) -> tuple[type[GateFailedError], tuple[GateVerdict, int]]:
+        # Ray Train pickles a worker's exception to its controller; the default rebuilds from args (the summary).
+        return (GateFailedError, (self.verdict, self.exit_code))
 
 
 def nccl_log_path(environ: Mapping[str, str] | None = None, pid: int | None = None) -> Path:

@@ -108,9 +108,12 @@ class FabricGateChart(cdk8s.Chart):
     def __init__(self, scope: Construct, construct_id: str, *, namespaces: tuple[str, ...]) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+        # A RayJob's Event needs its uid (kubectl describe selects Events by involvedObject.uid), which KubeRay gives
+        # no pod of the RayJob's cluster: the gate reads the RayJob (training/fabric_gate.py read_workload_uid).
+        reads = [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get"]}]
         for namespace in namespaces:
             _object(self, f"sa-{namespace}", "v1", "ServiceAccount", SERVICE_ACCOUNT, namespace)
-            _object(self, f"events-{namespace}", RBAC, "Role", EVENTS_ROLE, namespace, rules=events)
+            _object(self, f"events-{namespace}", RBAC, "Role", EVENTS_ROLE, namespace, rules=events + reads)
             _object(
                 self,
                 f"events-binding-{namespace}",

@@ -1,9 +1,14 @@
 """The Kubernetes API a cluster rehearsal's pods reach: the calls the fabric gate makes (training/fabric_gate.py
 KubeApi), served over HTTP from this process, and nothing else.
 
-    GET   /api/v1/nodes/NAME                     the node as the scheduler model holds it (labels, taints)
+    GET   /api/v1/nodes/NAME                     the node as the scheduler model holds it (labels, taints, a uid)
     PATCH /api/v1/nodes/NAME                     application/json-patch+json (RFC 6902 add, remove, replace, test)
     POST  /api/v1/namespaces/NS/events           a core/v1 Event (generateName honoured)
+    GET   /apis/ray.io/v1/namespaces/NS/rayjobs/NAME   a RayJob of the files (with a uid)
+
+An Event whose involvedObject.uid is not the object's (for a node: its uid, or its name as the kubelet writes it) is
+stored and noted: `kubectl describe` would not list it (kubectl v0.36 pkg/describe/describe.go searchEvents selects
+by involvedObject.uid).
 
 Where it listens: on the bridge network, on the hub's gateway address (the pods' default route; the socket is
 made inside the hub's network namespace); on the loopback fallback, on 127.0.0.1. Every pod gets the address in
@@ -30,6 +35,7 @@ import re
 import secrets
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,9 +50,21 @@ if TYPE_CHECKING:
     from rehearse.pods import PodPlan
 
 JSON_PATCH = "application/json-patch+json"
-ROUTES = "GET/PATCH /api/v1/nodes/NAME, POST /api/v1/namespaces/NS/events"
+ROUTES = (
+    "GET/PATCH /api/v1/nodes/NAME, POST /api/v1/namespaces/NS/events, GET /apis/ray.io/v1/namespaces/NS/rayjobs/NAME"
+)
 _NODE = re.compile(r"^/api/v1/nodes/(?P<name>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$")
 _EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[a-z0-9]([-a-z0-9]*[a-z0-9])?)/events$")
+_RAYJOB = re.compile(
+    r"^/apis/ray.io/v1/namespaces/(?P<ns>[a-z0-9]([-a-z0-9]*[a-z0-9])?)/rayjobs/(?P<name>[a-z0-9][-a-z0-9.]*)$"
+)
+
+
+def object_uid(kind: str, namespace: str, name: str) -> str:
+    """A stable uid for an object of the rehearsal (the API server's are random; these repeat per name)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"rehearsal:{kind}/{namespace}/{name}"))
+
+
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Kinds whose scope legacyValidateEvent knows (isNamespacedKind over the legacy scheme); others are not checked.
 CLUSTER_SCOPED = {("v1", "Node"), ("v1", "Namespace"), ("v1", "PersistentVolume")}
@@ -157,6 +175,11 @@ class ClusterApi:
             for o in objects
             if o.get("kind") == "ServiceAccount"
         }
+        self.ray_jobs = {
+            (o["metadata"].get("namespace", "default"), o["metadata"]["name"]): o
+            for o in objects
+            if o.get("kind") == "RayJob"
+        }
         self.log = log
         self.events: list[dict[str, Any]] = []
         self.requests: list[Request] = []
@@ -221,6 +244,7 @@ class ClusterApi:
             "kind": "Node",
             "metadata": {
                 "name": node.name,
+                "uid": object_uid("Node", "", node.name),
                 "labels": dict(node.labels),
                 "resourceVersion": str(self._versions[node.name]),
             },
@@ -237,13 +261,15 @@ class ClusterApi:
         try:
             if "?" in path:
                 raise UnemulatedError(f"{method} {path}: query parameters")
-            node, events = _NODE.match(path), _EVENTS.match(path)
-            route = (method, "node" if node else "events" if events else "")
-            if route not in (("GET", "node"), ("PATCH", "node"), ("POST", "events")):
+            node, events, ray_job = _NODE.match(path), _EVENTS.match(path), _RAYJOB.match(path)
+            route = (method, "node" if node else "events" if events else "rayjob" if ray_job else "")
+            if route not in (("GET", "node"), ("PATCH", "node"), ("POST", "events"), ("GET", "rayjob")):
                 raise UnemulatedError(f"{method} {path}")
             who = self._authenticate(headers)
             user = who.name
-            if node:
+            if ray_job:
+                code, answer = 200, self._get_ray_job(who, ray_job["ns"], ray_job["name"])
+            elif node:
                 if method == "GET":
                     code, answer = 200, self._get_node(who, node["name"])
                 else:
@@ -270,10 +296,39 @@ class ClusterApi:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         return user
 
-    def _authorize(self, user: User, verb: str, resource: str, *, namespace: str = "", name: str = "") -> None:
-        if not self.rbac.allowed(user, verb, "", resource, namespace=namespace, name=name):
-            message = forbidden_message(user, verb, "", resource, namespace=namespace, name=name)
+    def _authorize(
+        self, user: User, verb: str, resource: str, *, namespace: str = "", name: str = "", group: str = ""
+    ) -> None:
+        if not self.rbac.allowed(user, verb, group, resource, namespace=namespace, name=name):
+            message = forbidden_message(user, verb, group, resource, namespace=namespace, name=name)
             raise ApiError(403, "Forbidden", message)
+
+    def _get_ray_job(self, user: User, namespace: str, name: str) -> dict[str, Any]:
+        self._authorize(user, "get", "rayjobs", namespace=namespace, name=name, group="ray.io")
+        found = self.ray_jobs.get((namespace, name))
+        if found is None:
+            raise ApiError(404, "NotFound", f'rayjobs.ray.io "{name}" not found')
+        meta = {**found["metadata"], "namespace": namespace, "uid": object_uid("RayJob", namespace, name)}
+        return {**copy.deepcopy(found), "metadata": meta}
+
+    def _uid_note(self, namespace: str, name: str, involved: Mapping[str, Any]) -> str | None:
+        """Why `kubectl describe` would not list this Event under its object, if it would not."""
+        kind, target, uid = str(involved.get("kind")), str(involved.get("name")), involved.get("uid")
+        if kind == "Node" and target in self.nodes:
+            known: tuple[str, ...] = (object_uid("Node", "", target), target)
+        elif kind == "RayJob" and (namespace, target) in self.ray_jobs:
+            known = (object_uid("RayJob", namespace, target),)
+        elif uid:
+            return None  # an object this server does not hold: its uid is not checked
+        else:
+            known = ()
+        if uid in known:
+            return None
+        return (
+            f"Event {namespace}/{name} on {kind}/{target} has involvedObject.uid {uid or '(none)'}, not the object's: "
+            "`kubectl describe` would not list it (kubectl v0.36 pkg/describe/describe.go searchEvents selects "
+            "Events by involvedObject.uid; `kubectl get events` shows it)"
+        )
 
     def _node(self, name: str) -> ClusterNode:
         node = self.nodes.get(name)
@@ -354,6 +409,9 @@ class ClusterApi:
             meta["namespace"] = namespace
             stored = {**event, "apiVersion": "v1", "kind": "Event", "metadata": meta}
             self.events.append(stored)
+            note = self._uid_note(namespace, meta["name"], involved)
+            if note is not None:
+                self.notes.append(note)
             target = f"{involved.get('kind')}/{involved.get('name')}"
             action = f"{user.name} posted Event {namespace}/{meta['name']} on {target}: {event.get('reason')}"
             self.actions.append(action)

@@ -1251,6 +1251,9 @@ class _Pod(Protocol):
     @property
     def plan(self) -> _Plan: ...
 
+    @property
+    def deleted_by_controller(self) -> bool: ...
+
 
 class _Clock(Protocol):
     def now(self) -> float: ...
@@ -1284,9 +1287,13 @@ class KueueAdmission(Generic[P]):
         self._running: dict[str, dict[str, str]] = {}
         """job -> running pod name -> its PodSet."""
         self._succeeded: dict[str, set[str]] = {}
-        self._ray_ready: set[str] = set()
+        self._ray_ready: dict[str, str] = {}
+        """job -> the Ray cluster (ray.io/cluster) whose state became ready (KubeRay sets it once and keeps it)."""
         self._evicted: list[tuple[_WorkloadRef, str]] = []
         self._refs: dict[str, _WorkloadRef] = {}
+        self._clusters: dict[str, str] = {}
+        """job -> the Ray cluster of its newest running pod."""
+        self._cluster_deleted: dict[str, _WorkloadRef] = {}
 
     def cluster_now(self) -> float:
         now = self.clock.now()
@@ -1300,7 +1307,7 @@ class KueueAdmission(Generic[P]):
                 self._evicted.append((self._refs[event.job], f"{event.reason}: {event.message}"))
                 self._running[event.job] = {}
                 self._succeeded[event.job] = set()
-                self._ray_ready.discard(event.job)
+                self._ray_ready.pop(event.job, None)
 
     def admit(self, workload: _WorkloadRef) -> bool | P:
         job = workload.key
@@ -1347,8 +1354,8 @@ class KueueAdmission(Generic[P]):
             ready = job_pods_ready(workload.obj, ready=len(running), succeeded=len(self._succeeded[job]))
         else:
             cluster = sum(n for name, n in counts.items() if name != "submitter")
-            if sum(1 for ps in running.values() if ps != "submitter") >= cluster:
-                self._ray_ready.add(job)  # KubeRay sets state ready once and keeps it
+            if job not in self._ray_ready and sum(1 for ps in running.values() if ps != "submitter") >= cluster:
+                self._ray_ready[job] = self._clusters.get(job, "")
             ready = job in self._ray_ready
         self._take(self.kueue.pods_ready(job, ready, self.cluster_now()))
 
@@ -1356,6 +1363,8 @@ class KueueAdmission(Generic[P]):
         if not self._managed.get(workload.key):
             return
         self._running[workload.key][pod.name] = pod_set_of(workload.kind, pod.plan.labels)
+        if "ray.io/cluster" in pod.plan.labels:
+            self._clusters[workload.key] = pod.plan.labels["ray.io/cluster"]
         self._report(workload)
 
     def pod_ended(self, workload: _WorkloadRef, pod: _Pod) -> None:
@@ -1364,6 +1373,16 @@ class KueueAdmission(Generic[P]):
         self._running[workload.key].pop(pod.name, None)
         if pod.phase == "Succeeded":
             self._succeeded[workload.key].add(pod.name)
+        if (
+            workload.kind == "RayJob"
+            and pod.deleted_by_controller
+            and self._ray_ready.get(workload.key) == pod.plan.labels.get("ray.io/cluster")
+        ):
+            # KubeRay deleted the RayJob's cluster: at the end (then the workload finishes in this same tick and
+            # nothing changes) or for a retry, whose Retrying case resets status.rayClusterStatus
+            # (rayjob_controller.go): RayJob.PodsReady (rayClusterStatus.state == ready) is then false until the
+            # next cluster is ready, and waitForPodsReady's recoveryTimeout runs meanwhile (evictions applies it).
+            self._cluster_deleted[workload.key] = workload
         self._report(workload)
 
     def workload_finished(self, workload: _WorkloadRef, state: str) -> None:
@@ -1371,10 +1390,15 @@ class KueueAdmission(Generic[P]):
         Kueue (RayCluster.Finished is always false): its quota stays held, as on a cluster."""
         if not self._managed.get(workload.key) or workload.kind == "RayCluster":
             return
+        self._cluster_deleted.pop(workload.key, None)
         succeeded = state in ("Complete", "Succeeded")
         self._take(self.kueue.finished(workload.key, self.cluster_now(), succeeded=succeeded, message=state))
 
     def evictions(self) -> list[tuple[_WorkloadRef, str]]:
+        for key, workload in list(self._cluster_deleted.items()):
+            del self._cluster_deleted[key]
+            self._ray_ready.pop(key, None)
+            self._report(workload)
         self._take(self.kueue.advance(self.cluster_now()))
         out, self._evicted = self._evicted, []
         return out

@@ -234,6 +234,7 @@ def admission_report(session: ClusterSession, kind: str, namespace: str, name: s
             for e in events
             if e.kind in ("Evicted", "Requeued", "Deactivated")
         ],
+        "pods_ready": [{"at_s": round(e.time, 1), "reason": e.reason} for e in events if e.kind == "PodsReady"],
     }
 
 

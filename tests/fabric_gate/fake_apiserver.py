@@ -28,6 +28,8 @@ class Recorded:
 class FakeApiServer:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Other objects GET serves, by path (e.g. /apis/ray.io/v1/namespaces/ray/rayjobs/NAME)."""
     requests: list[Recorded] = field(default_factory=list)
     conflicts: int = 0
     """How many PATCHes to answer 409 before applying (a concurrent writer)."""
@@ -38,7 +40,12 @@ class FakeApiServer:
         self.nodes[name] = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "resourceVersion": "1", "labels": {"kubernetes.io/hostname": name}},
+            "metadata": {
+                "name": name,
+                "uid": f"uid-of-{name}",
+                "resourceVersion": "1",
+                "labels": {"kubernetes.io/hostname": name},
+            },
             "spec": {"taints": list(taints)} if taints else {},
         }
 
@@ -78,6 +85,8 @@ class FakeApiServer:
                 name = self.path.removeprefix("/api/v1/nodes/")
                 if self.path.startswith("/api/v1/nodes/") and name in fake.nodes:
                     self._reply(200, fake.nodes[name])
+                elif self.path in fake.objects:
+                    self._reply(200, fake.objects[self.path])
                 else:
                     self._reply(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
 

@@ -112,7 +112,7 @@ FAILED = GateVerdict(
 def test_take_out_taints_the_suspect_keeping_other_taints_and_posts_events(apiserver: FakeApiServer) -> None:
     api = KubeApi(apiserver.url, "token-123")
     apiserver.conflicts = 1  # a concurrent writer changes the node once: the patch's test fails, the gate re-reads
-    done = take_out(FAILED, api, namespace="training", workload="Job/nvrx-fsdp")
+    done = take_out(FAILED, api, namespace="training", workload="Job/nvrx-fsdp", workload_uid="job-uid-1")
     assert done == [
         f"tainted node-b {TAINT_KEY}=below-floor:NoSchedule",
         "Event on node node-b",
@@ -129,18 +129,42 @@ def test_take_out_taints_the_suspect_keeping_other_taints_and_posts_events(apise
     assert {r.content_type for r in patches} == {"application/json-patch+json"}
     assert {r.authorization for r in apiserver.requests} == {"Bearer token-123"}
     node_event, job_event = apiserver.events
-    assert node_event["involvedObject"] == {"kind": "Node", "name": "node-b", "apiVersion": "v1"}
+    # kubectl v0.36 `describe node` lists Events whose involvedObject.uid is the node's uid or its name, and
+    # `describe job` those with the Job's uid (pkg/describe/describe.go searchEvents): without one, neither shows.
+    assert node_event["involvedObject"] == {
+        "kind": "Node",
+        "name": "node-b",
+        "apiVersion": "v1",
+        "uid": "uid-of-node-b",
+    }
     assert node_event["metadata"]["namespace"] == "default"
     assert job_event["involvedObject"]["kind"] == "Job"
+    assert job_event["involvedObject"]["uid"] == "job-uid-1"
     assert job_event["metadata"]["namespace"] == "training"
     assert node_event["reason"] == "FabricGateFailed"
     assert "suspect node(s): node-b" in node_event["message"]
+
+
+def test_a_ray_jobs_event_names_the_uid_read_from_the_api_and_says_when_it_cannot(apiserver: FakeApiServer) -> None:
+    path = "/apis/ray.io/v1/namespaces/ray/rayjobs/qwen-finetune"
+    apiserver.objects[path] = {"kind": "RayJob", "metadata": {"name": "qwen-finetune", "uid": "rayjob-uid-7"}}
+    api = KubeApi(apiserver.url, "t")
+    done = take_out(FAILED, api, namespace="ray", workload="RayJob/qwen-finetune")
+    assert done[-1] == "Event on RayJob/qwen-finetune"
+    assert apiserver.events[-1]["involvedObject"]["uid"] == "rayjob-uid-7"
+    del apiserver.objects[path]
+    done = take_out(FAILED, api, namespace="ray", workload="RayJob/qwen-finetune")
+    assert done[-1].startswith(f"Event on RayJob/qwen-finetune (without its uid: GET {path}: HTTP 404")
+    assert "uid" not in apiserver.events[-1]["involvedObject"]
 
 
 def test_take_out_reports_api_errors_instead_of_raising(apiserver: FakeApiServer) -> None:
     verdict = GateVerdict(Outcome.FAIL, ("x",), suspects=("node-gone",))
     done = take_out(verdict, KubeApi(apiserver.url, "t"), namespace="training", workload=None)
     assert done[0].startswith("could not taint node-gone: GET /api/v1/nodes/node-gone: HTTP 404")
+    # Untainted, its uid unread: the Event names the node by the kubelet's convention (uid = the node's name), the
+    # other uid `kubectl describe node` matches.
+    assert apiserver.events[0]["involvedObject"]["uid"] == "node-gone"
     assert take_out(verdict, None, namespace="training", workload=None)[0].startswith("no Kubernetes API")
 
 
@@ -223,3 +247,14 @@ def test_transport_record_names_fallbacks() -> None:
     assert RankTransport(0, "h", "n", "socket", "r").fell_back
     assert RankTransport(0, "h", "n", "degraded", "r").fell_back
     assert not RankTransport(0, "h", "n", "efa", "r").fell_back
+
+
+def test_the_gate_failure_a_ray_train_worker_raises_survives_pickling() -> None:
+    # Ray ships a worker's exception to the train controller pickled; seen in the Ray gate rehearsal before the fix:
+    # "TypeError: GateFailedError.__init__() missing 1 required positional argument: 'exit_code'" in TrainController.
+    import pickle
+
+    from training.fabric_gate import GateFailedError
+
+    error = pickle.loads(pickle.dumps(GateFailedError(FAILED, 75)))
+    assert (error.exit_code, error.verdict, str(error)) == (75, FAILED, FAILED.summary())

@@ -28,15 +28,20 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
-def test_rbac_grants_node_get_patch_and_event_create_and_nothing_else(dist: Path, env: str) -> None:
+def test_rbac_grants_node_get_patch_event_create_rayjob_get_and_nothing_else(dist: Path, env: str) -> None:
     docs = objects(dist, env)
     (cluster_role,) = by_kind(docs, "ClusterRole")
     assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
     roles = by_kind(docs, "Role")
     # A Node's Events go to "default" (the only namespace the API server accepts them in): one Role there too.
     assert {r["metadata"]["namespace"] for r in roles} == {*NAMESPACES, "default"}
+    events = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+    # In the workloads' namespaces the gate also reads the RayJob it reports on: its Event must carry the RayJob's
+    # uid, which no pod of a RayJob's cluster is given (kubectl describe selects Events by involvedObject.uid).
+    rayjobs = {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get"]}
     for role in roles:
-        assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+        expected = [events] if role["metadata"]["namespace"] == "default" else [events, rayjobs]
+        assert role["rules"] == expected
     # Every rule of every role this chart emits, flattened: nothing but these three grants exists.
     grants = {
         (group, resource, verb)
@@ -46,7 +51,12 @@ def test_rbac_grants_node_get_patch_and_event_create_and_nothing_else(dist: Path
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert grants == {("", "nodes", "get"), ("", "nodes", "patch"), ("", "events", "create")}
+    assert grants == {
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+        ("", "events", "create"),
+        ("ray.io", "rayjobs", "get"),
+    }
     (binding,) = by_kind(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
     assert {(s["kind"], s["name"], s["namespace"]) for s in binding["subjects"]} == {

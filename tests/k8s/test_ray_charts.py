@@ -304,7 +304,7 @@ def test_finetune_job_uses_every_gpu_of_its_group() -> None:
     # the cluster's GPU workers until this TTL: at most a minute of GPUs held outside the quota (issue 22 #2).
     assert spec["ttlSecondsAfterFinished"] == 60
     assert spec["activeDeadlineSeconds"] == 6 * 3600
-    assert spec["backoffLimit"] == 0
+    assert spec["backoffLimit"] == 1  # a gate failure re-places the workers (test_a_gated_rayjob_is_retried_once...)
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     assert runtime_env["pip"] == []  # the image's transformers (5.13.0): nothing installed over the image
     assert [g["groupName"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]] == ["g6"]
@@ -409,3 +409,18 @@ def test_ray_log_deduplication_is_off_on_head_and_workers(env: str) -> None:
     assert [_env(c).get("RAY_DEDUP_LOGS") for c in containers] == ["0"] * len(containers)
     job = _job(env)["spec"]["rayClusterSpec"]
     assert _env(job["headGroupSpec"]["template"]["spec"]["containers"][0])["RAY_DEDUP_LOGS"] == "0"
+
+
+@pytest.mark.parametrize("env", sorted(ENVIRONMENTS))
+def test_a_gated_rayjob_is_retried_once_so_a_gate_failure_re_places_its_workers(env: str) -> None:
+    # KubeRay v1.7.0 retries a Failed RayJob on a new RayCluster only through spec.backoffLimit (rayjob_controller.go
+    # checkBackoffLimitAndUpdateStatusIfNeeded); the gate's first failure is retryable, its second final.
+    spec = _job(env)["spec"]
+    assert "--fabric-gate" in spec["entrypoint"].split()
+    assert spec["backoffLimit"] == 1
+
+
+def test_a_gated_rayjob_without_retries_is_refused_naming_the_fix() -> None:
+    with pytest.raises(WorkloadError, match=r"ray_finetune.backoff_limit=0 is below 1 with fabric_gate on.*re-plac"):
+        RayFinetuneJob(backoff_limit=0)
+    assert RayFinetuneJob(backoff_limit=0, fabric_gate=False).backoff_limit == 0

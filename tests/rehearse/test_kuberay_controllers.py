@@ -158,3 +158,74 @@ def test_the_cluster_cleanup_kuberay_would_do_is_reported(spec: dict[str, Any], 
     w = rehearse_fake([ray_job("cleanup", **spec)], runtime).workload("cleanup")
     assert w.status["jobStatus"] == status
     assert any(expected in n for n in w.notes), w.notes
+
+
+def runtime_failing_first(failures: int, *, ready_at: float = 0) -> tuple[FakeRuntime, list[str]]:
+    """A fake runtime whose dashboards answer FAILED for the first `failures` Ray job ids submitted, SUCCEEDED after;
+    the job ids asked about, in order, come back in the list."""
+    runtime = runtime_with_ray(ready_at)
+    asked: list[str] = []
+    nodes = runtime.dashboard
+    assert nodes is not None
+
+    def answer(head: Pod, path: str, now: float) -> dict[str, Any] | None:
+        if not path.startswith("api/jobs/"):
+            return nodes(head, path, now)
+        job_id = path.removeprefix("api/jobs/")
+        if job_id not in asked:
+            asked.append(job_id)
+        failed = asked.index(job_id) < failures
+        return {"status": "FAILED" if failed else "SUCCEEDED", "message": "exit 75" if failed else ""}
+
+    runtime.dashboard = answer
+    return runtime, asked
+
+
+def clusters_of(pods: list[Any]) -> list[str]:
+    names: list[str] = []
+    for pod in pods:
+        cluster = pod.labels.get("ray.io/cluster") if pod.labels else None
+        if cluster and cluster not in names:
+            names.append(cluster)
+    return names
+
+
+def test_backoff_limit_retries_a_failed_ray_job_on_a_new_cluster_with_a_new_job_id() -> None:
+    # KubeRay v1.7.0 checkBackoffLimitAndUpdateStatusIfNeeded: Failed with status.failed < backoffLimit+1 becomes
+    # Retrying; the Retrying case deletes the cluster and the submitter, resets the status and goes to New, whose
+    # initRayJobStatusIfNeed generates a new cluster name and job id (and a new StartTime).
+    runtime, asked = runtime_failing_first(1)
+    w = rehearse_fake([ray_job("retried", backoffLimit=1)], runtime).workload("retried")
+    assert (w.state, w.status["jobStatus"]) == ("Complete", "SUCCEEDED"), w.message
+    assert (w.status["failed"], w.status["succeeded"]) == ("1", "1")
+    assert len(asked) == 2, asked
+    assert asked[0] != asked[1]
+    assert len(clusters_of(w.pods)) == 2, [p.name for p in w.pods]
+    assert any("Retrying" in n and "backoffLimit 1" in n for n in w.notes), w.notes
+
+
+def test_backoff_limit_bounds_the_retries_then_the_ray_job_fails_for_good() -> None:
+    runtime, asked = runtime_failing_first(5)
+    w = rehearse_fake([ray_job("exhausted", backoffLimit=1)], runtime).workload("exhausted")
+    assert (w.state, w.status["jobStatus"]) == ("Failed", "FAILED"), w.message
+    assert (w.status["failed"], w.status["succeeded"]) == ("2", "0")
+    assert len(asked) == 2
+    assert len(clusters_of(w.pods)) == 2
+
+
+def test_without_backoff_limit_a_failed_ray_job_is_not_retried() -> None:
+    runtime, asked = runtime_failing_first(1)
+    w = rehearse_fake([ray_job("once")], runtime).workload("once")
+    assert (w.state, w.status["failed"]) == ("Failed", "1")
+    assert len(asked) == 1
+
+
+def test_a_ray_job_past_its_active_deadline_is_not_retried() -> None:
+    # The submitter never ends; the deadline (from StartTime) fails the RayJob with DeadlineExceeded, which KubeRay
+    # never retries whatever backoffLimit says.
+    runtime = runtime_with_ray(0, scripts={"late-": [Script(never_ends=True)]})
+    w = rehearse_fake([ray_job("late", backoffLimit=3, activeDeadlineSeconds=30)], runtime).workload("late")
+    assert w.state == "Failed"
+    assert "DeadlineExceeded" in w.message
+    assert w.status["failed"] == "1"
+    assert len(clusters_of(w.pods)) == 1

@@ -80,11 +80,42 @@ def test_the_gate_posts_its_events_where_the_api_server_accepts_them(cluster: An
     api, gpu = cluster
     actions = take_out(verdict(gpu[0].name), client(api), namespace="training", workload="Job/nvrx-fsdp")
     assert f"Event on node {gpu[0].name}" in actions, actions
-    assert "Event on Job/nvrx-fsdp" in actions, actions
+    assert "Event on Job/nvrx-fsdp (without its uid: JOB_UID is not set)" in actions, actions
     by_kind = {e["involvedObject"]["kind"]: e for e in api.events}
     assert by_kind["Node"]["metadata"]["namespace"] == "default"
     assert by_kind["Job"]["metadata"]["namespace"] == "training"
     assert all(e["reason"] == "FabricGateFailed" for e in api.events)
+    # The node's Event names the uid the PATCH answered with, so `kubectl describe node` lists it; the Job's has
+    # none here (no JOB_UID outside a Job's pod), which the server notes.
+    node_uid = client(api).request("GET", f"/api/v1/nodes/{gpu[0].name}")["metadata"]["uid"]
+    assert by_kind["Node"]["involvedObject"]["uid"] == node_uid
+    (note,) = api.notes
+    assert note.startswith("Event training/nvrx-fsdp.fabric-gate-")
+    assert "on Job/nvrx-fsdp has involvedObject.uid (none), not the object's: `kubectl describe` would not" in note
+
+
+def test_a_ray_jobs_event_carries_the_uid_the_gate_reads_through_its_rbac() -> None:
+    nodes = build_nodes(get_environment("prod"), {"g6": 2})
+    ray_job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "qwen-finetune", "namespace": "ray"}}
+    api = ClusterApi(nodes, [*gate_chart(), ray_job], log=lambda _: None)
+    api.start(LoopbackNetwork())
+    try:
+        g6 = [n for n in nodes if n.group == "g6"]
+        actions = take_out(verdict(g6[0].name), client(api, "ray"), namespace="ray", workload="RayJob/qwen-finetune")
+        assert "Event on RayJob/qwen-finetune" in actions, actions
+        uid = client(api, "ray").request("GET", "/apis/ray.io/v1/namespaces/ray/rayjobs/qwen-finetune")["metadata"]
+        assert [e["involvedObject"].get("uid") for e in api.events if e["involvedObject"]["kind"] == "RayJob"] == [
+            uid["uid"]
+        ]
+        assert api.notes == []
+        # Another identity may neither read it nor post Events: both refusals are the API server's 403.
+        other = take_out(verdict(), client(api, "ray", "default"), namespace="ray", workload="RayJob/qwen-finetune")
+        assert len(other) == 1, other
+        assert other[0].startswith(
+            "could not post the Event on RayJob/qwen-finetune: POST /api/v1/namespaces/ray/events: HTTP 403"
+        ), other
+    finally:
+        api.close()
 
 
 def test_an_event_on_a_node_in_a_workload_namespace_is_invalid_as_the_api_server_says(cluster: Any) -> None:

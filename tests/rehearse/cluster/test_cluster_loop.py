@@ -189,3 +189,30 @@ def test_dev_ray_cluster_and_ray_job_both_run(dist: Path) -> None:
     assert not ray_job.admission["requeues"], ray_job.admission["requeues"]
     head = ray_job.pods[0]
     assert head.node is not None, f"RayJob head Pending: {head.pending_reason}"
+
+
+def test_a_retried_ray_job_keeps_its_admission_and_is_pods_ready_again_on_its_new_cluster(dist: Path) -> None:
+    # The emitted RayJob (backoffLimit 1): its first Ray job FAILS (a fabric gate's retryable verdict, say). KubeRay
+    # retries on a new RayCluster; Kueue never sees it Failed, so the workload stays admitted, and its PodsReady
+    # (rayClusterStatus.state == ready) drops while the old cluster is deleted and recovers on the new one.
+    (job,) = [o for o in load_manifests(sorted((dist / "dev").glob("*.yaml"))) if o["kind"] == "RayJob"]
+    runtime = FakeRuntime()  # Ray pods run until deleted; the submitter ends after 1 s
+    nodes = ray_dashboard(runtime.pods)
+    asked: list[str] = []
+
+    def answer(head: Pod, path: str, now: float) -> dict[str, Any] | None:
+        if not path.startswith("api/jobs/"):
+            return nodes(head, path, now)
+        job_id = path.removeprefix("api/jobs/")
+        asked.extend([job_id] if job_id not in asked else [])
+        return {"status": "FAILED" if asked.index(job_id) == 0 else "SUCCEEDED", "message": ""}
+
+    runtime.dashboard = answer
+    result = rehearse([job], runtime, gpu_nodes={"g6": 2}, timeout_s=6000)
+    ray_job = result.workload("qwen-finetune")
+    assert (ray_job.state, ray_job.status["failed"], ray_job.status["succeeded"]) == ("Complete", "1", "1")
+    assert ray_job.admission is not None
+    assert ray_job.admission["requeues"] == []
+    assert [e["reason"] for e in ray_job.admission["pods_ready"]] == ["Started", "WaitForRecovery", "Recovered"]
+    clusters = {p.labels["ray.io/cluster"] for p in ray_job.pods if "ray.io/cluster" in p.labels}
+    assert len(clusters) == 2

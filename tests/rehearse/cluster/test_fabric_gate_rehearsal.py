@@ -7,7 +7,11 @@ sockets). What then happens is the real chain: the gate's rank 0 taints that nod
 API (rehearse/cluster/apiserver.py) with the pod's own service-account token, the files' RBAC and admission policy
 deciding; it posts the Events; every pod exits 75, which the Job's podFailurePolicy ignores; the Job controller
 recreates the pods, Kueue keeps the workload's admission, the scheduler places the new pods away from the node the
-taint now marks; the gate passes there and the job trains to completion."""
+taint now marks; the gate passes there and the job trains to completion.
+
+The RayJob path the same way: the emitted RayJob (backoffLimit 1) with the fault injected into its workers; the
+driver exits 75, the Ray job FAILS, KubeRay (rehearse/kuberay.py, Retrying) deletes the cluster and creates another,
+whose workers the scheduler places off the tainted node; Kueue keeps the admission."""
 
 from __future__ import annotations
 
@@ -23,14 +27,17 @@ import yaml
 from infra.spec import ENVIRONMENTS, get_environment
 from k8s.charts.fabric_gate import FabricGateChart
 from k8s.charts.nvrx_job import NvrxJobChart
-from k8s.charts.ray import TrainingCodeChart
+from k8s.charts.ray import RayJobChart, TrainingCodeChart
 from k8s.images import ImageLock
 from k8s.nvrx_spec import CheckpointPolicy, FtLauncherConfig, InProcessRestart, NvrxFsdpJob
+from k8s.workloads import RayFinetuneJob
 from rehearse.cluster.nodes import build_nodes
+from rehearse.kuberay import dashboard_dependency_error
 from trainctl.cli import main
 from training.fabric_gate import EXIT_RETRY, INJECT_ENV, TAINT_KEY
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
+MINIMAL_RAY = dashboard_dependency_error()
 
 
 def manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, Any]]:
@@ -102,5 +109,64 @@ def test_a_node_the_gate_fails_is_tainted_and_the_gang_completes_on_the_other_no
         ("POST", gate, 201),
     }
     # Kueue admitted the workload once and kept it: the Job controller, not a requeue, re-placed the pods.
+    assert job["admission"]["admitted"] is True
+    assert job["admission"]["requeues"] == []
+
+
+def ray_manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, Any]]:
+    job = RayFinetuneJob(model=str(model), steps=2, batch_size=2, seq_len=32, gpu_group="g6")
+    app = cdk8s.App()
+    charts = [
+        TrainingCodeChart(app, "training-code", namespaces=("ray",)),
+        FabricGateChart(app, "fabric-gate", namespaces=("ray", "training")),
+        RayJobChart(app, "ray-finetune", environment=ENVIRONMENTS["prod"], lock=lock, job=job),
+    ]
+    objects = [o for chart in charts for o in chart.to_json()]
+    ray_job = next(o for o in objects if o["kind"] == "RayJob")
+    (workers,) = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    workers["template"]["spec"]["containers"][0]["env"].append({"name": INJECT_ENV, "value": inject})
+    return objects
+
+
+@pytest.mark.skipif(MINIMAL_RAY is not None, reason=f"needs ray[default] where the pods run: {MINIMAL_RAY}")
+@pytest.mark.timeout(1800)  # two Ray clusters of 8 CPU ranks each, one after the other (docs/testing.md)
+def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_cluster_completes_elsewhere(
+    tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The emitted RayJob (backoffLimit 1, k8s/workloads.py): the gate fails on its first cluster, the driver exits
+    # 75, the Ray job FAILS, KubeRay retries on a new RayCluster (rehearse/kuberay.py, Retrying) whose workers the
+    # scheduler places off the tainted node; Kueue keeps the admission.
+    g6 = [n for n in build_nodes(get_environment("prod"), {"g6": 3}) if n.group == "g6"]
+    bad = g6[0].name
+    files = tmp_path / "manifests.yaml"
+    files.write_text(yaml.safe_dump_all(ray_manifests(tiny_model, lock, f"fallback:{bad}")))
+    argv = ["rehearse", "--env", "prod", "--nodes", "g6=3", "--json", "--output-dir", str(tmp_path / "out")]
+    argv += ["--host-path", str(tiny_model), "--pod-backoff", "1", "--timeout", "1700", str(files)]
+    code = main(argv)
+    report = json.loads(capsys.readouterr().out)
+    (job,) = [w for w in report["workloads"] if w["name"] == "qwen-finetune"]
+    logs = "\n".join(
+        f"--- {p['name']}\n" + "".join(f.read_text(errors="replace")[-1500:] for f in Path(p["logs"]).glob("*.log"))
+        for p in job["pods"]
+    )
+    assert code == 0, f"{job['state']} {job['message']} {report['notes']}\n{logs}"
+    assert (job["state"], job["status"]["failed"], job["status"]["succeeded"]) == ("Complete", "1", "1")
+
+    workers = [p for p in job["pods"] if p["labels"].get("ray.io/node-type") == "worker"]
+    clusters = list(dict.fromkeys(p["labels"]["ray.io/cluster"] for p in workers))
+    assert len(clusters) == 2, [(p["name"], p["node"]) for p in workers]
+    first = [p for p in workers if p["labels"]["ray.io/cluster"] == clusters[0]]
+    retried = [p for p in workers if p["labels"]["ray.io/cluster"] == clusters[1]]
+    assert sorted(p["node"] for p in first) == sorted([bad, g6[1].name])
+    assert {p["node"] for p in retried} == {g6[1].name, g6[2].name}
+    assert any("Retrying" in n for n in job["notes"]), job["notes"]
+
+    nodes = {n["name"]: n for n in report["cluster"]["nodes"]}
+    assert {"key": TAINT_KEY, "value": "fallback", "effect": "NoSchedule"} in nodes[bad]["taints"]
+    events = report["cluster"]["api"]["events"]
+    assert {(e["namespace"], e["involvedObject"]["kind"], e["reason"]) for e in events} == {
+        ("default", "Node", "FabricGateFailed"),
+        ("ray", "RayJob", "FabricGateFailed"),
+    }
     assert job["admission"]["admitted"] is True
     assert job["admission"]["requeues"] == []
