@@ -117,6 +117,7 @@ class Scheduler:
 
 def _node_loss(
     loss: NodeLoss,
+    output_dir: Path,
     backend: Backend,
     api: Scheduler,
     owner: dict[str, Controller],
@@ -125,6 +126,7 @@ def _node_loss(
     log: Callable[[str], None],
 ) -> None:
     """Pods on lost nodes die at once and stay until evicted; evicted pods go to their controller."""
+    loss.arm(lambda path: (output_dir / path).exists(), elapsed)
     lost = [backend.pods[name] for name in loss.node_lost_pods(elapsed) if name in backend.pods]
     for pod in lost:
         log(f"pod {pod.name}: node {pod.node} lost at {elapsed:.1f} s")
@@ -232,7 +234,7 @@ def drive(
             api.kill(target, disruption="DeletionByPodGC")
             owner[target.name].on_pod_end(api, target)
         if isinstance(options.placement, NodeLoss):
-            _node_loss(options.placement, backend, api, owner, clock.now() - started, notes, log)
+            _node_loss(options.placement, output_dir, backend, api, owner, clock.now() - started, notes, log)
         for pod in backend.poll():
             log(f"pod {pod.name} ended: {pod.phase} {pod.exit_codes}")
             options.placement.release(pod)

@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from rehearse.network import Network
     from rehearse.pods import Pod, PodPlan
 
@@ -97,6 +100,10 @@ class NodeLoss(Protocol):
 
     def node_evictions(self, now: float) -> list[tuple[str, str]]:
         """(pod name, DisruptionTarget reason) of the pods to delete now (each reported once)."""
+        ...
+
+    def arm(self, exists: Callable[[Path], bool], now: float) -> None:
+        """Starts the clock of each node loss waiting for a path (relative to the output directory) that now exists."""
         ...
 
 

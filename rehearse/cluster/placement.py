@@ -8,8 +8,8 @@ when the cluster changes (a pod ended, a node came or went).
 Node loss (`--kill-node NODE@SECONDS`, cluster time): at that moment the node's instance is gone, so
 its pods' processes die at once; what Kubernetes then does is emulated with the controllers' timings:
 - the node lifecycle controller marks the node Ready=Unknown once the kubelet has not reported for
-  node-monitor-grace-period (kube-controller-manager default 40 s: SetDefaults_NodeLifecycleController-
-  Configuration, pkg/controller/nodelifecycle/config/v1alpha1/defaults.go) and taints it
+  node-monitor-grace-period (kube-controller-manager default 50 s since Kubernetes 1.32, 40 s before:
+  pkg/controller/nodelifecycle/config/v1alpha1/defaults.go; infra/spec/node_loss.py) and taints it
   node.kubernetes.io/unreachable with NoSchedule and NoExecute (pkg/controller/nodelifecycle/
   node_lifecycle_controller.go). The scheduler here sees the NoSchedule taint from the moment of the
   loss (no new pod is bound to the dead node during the grace period: a simplification);
@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infra.spec import node_loss
 from rehearse.cluster.nodes import ClusterNode, find_node
 from rehearse.cluster.scheduler import (
     BoundPod,
@@ -50,8 +52,9 @@ if TYPE_CHECKING:
     from rehearse.cluster.kueue import PodSetAdmission
     from rehearse.pods import Pod, PodPlan
 
-NODE_MONITOR_GRACE_S = 40.0
-DEFAULT_UNREACHABLE_TOLERATION_S = 300.0
+# kube-controller-manager's --node-monitor-grace-period and DefaultTolerationSeconds: one home, infra/spec/node_loss.py.
+NODE_MONITOR_GRACE_S = float(node_loss.NODE_MONITOR_GRACE_S)
+DEFAULT_UNREACHABLE_TOLERATION_S = float(node_loss.UNREACHABLE_TOLERATION_S)
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 EVICTION_REASON = "DeletionByTaintManager"
 # Resources the node model has no capacity figure for: refused rather than guessed.
@@ -60,8 +63,12 @@ UNMODELLED_RESOURCES = ("ephemeral-storage", "hugepages-")
 
 @dataclass(frozen=True, kw_only=True)
 class NodeKill:
+    """Lose `node` at cluster time `seconds`, or (API only) `seconds` after the path `after` (relative to the output
+    directory, e.g. a checkpoint committed on a claim: `claims/<ns>/<claim>/...`) first exists."""
+
     node: str
     seconds: float
+    after: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,7 @@ class ClusterPlacement:
     evictions: list[Eviction] = field(default_factory=list)
     _tolerations: dict[str, float | None] = field(default_factory=dict)
     _newly_lost: list[str] = field(default_factory=list)
+    _armed: dict[NodeKill, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for kill in self.kills:
@@ -186,15 +194,28 @@ class ClusterPlacement:
     def pods_on(self, node: ClusterNode) -> list[str]:
         return [name for name, (n, _) in self.bound.items() if n is node]
 
+    def arm(self, exists: Callable[[Path], bool], now: float) -> None:
+        """Starts the clock of each kill whose `after` path exists by cluster time `now`."""
+        for kill in self.kills:
+            if kill.after is not None and kill not in self._armed and exists(kill.after):
+                self._armed[kill] = now
+
+    def _due(self, kill: NodeKill) -> float | None:
+        if kill.after is None:
+            return kill.seconds
+        armed = self._armed.get(kill)
+        return None if armed is None else armed + kill.seconds
+
     def node_lost_pods(self, now: float) -> list[str]:
         """Nodes whose loss is due at cluster time `now` (each once) are tainted unreachable from then on;
         their pods are returned and their evictions scheduled."""
         lost: list[str] = []
         for kill in self.kills:
             node = find_node(self.nodes, kill.node)
-            if node.name in self.lost or now < kill.seconds:
+            due = self._due(kill)
+            if node.name in self.lost or due is None or now < due:
                 continue
-            self.lost[node.name] = kill.seconds
+            self.lost[node.name] = due
             node.ready = False
             node.taints += [
                 {"key": UNREACHABLE_TAINT, "value": "", "effect": "NoSchedule"},
@@ -204,7 +225,7 @@ class ClusterPlacement:
                 lost.append(pod_name)
                 toleration = self._tolerations.get(pod_name, DEFAULT_UNREACHABLE_TOLERATION_S)
                 if toleration is not None:
-                    at = kill.seconds + NODE_MONITOR_GRACE_S + toleration
+                    at = due + NODE_MONITOR_GRACE_S + toleration
                     self.evictions.append(Eviction(pod=pod_name, node=node.name, at=at))
         return lost
 
