@@ -4,6 +4,8 @@
   with the same message everywhere, naming the value and the known environments.
 - AWS: `--profile NAME`, `--endpoint-url [SERVICE=]URL` (repeatable) and, where a command may ask
   another region than the environment's, `--region REGION`.
+- connection: `--env` or `--kubeconfig`, `--context`, `--cluster`, `--profile`, `--namespace`,
+  `--ray-cluster`, `--request-timeout` (trainctl.eks_auth.Connection; `connection(args)` reads them).
 - output: `--json` (one JSON document on stdout instead of the tables; what goes to stderr is the same
   either way) and `--quiet` (no progress lines; trainctl.progress says where progress goes).
 
@@ -20,9 +22,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from infra.spec import ENVIRONMENTS
-from trainctl.arguments import aws_endpoint, environment_name, region_name
+from infra.spec.namespaces import RAY
+from trainctl.arguments import aws_endpoint, environment_name, region_name, seconds
+from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S, RAY_CLUSTER, Connection
 
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
 
@@ -84,3 +89,52 @@ def add_output(parser: Parser, *, json: bool = True, quiet: bool = True, json_he
         parser.add_argument(
             "--quiet", "-q", action="store_true", help="no progress lines on stderr (errors are still printed)"
         )
+
+
+def add_connection(parser: argparse.ArgumentParser) -> None:
+    """The Kubernetes API connection (trainctl.eks_auth.connect): --env or --kubeconfig, and the namespace and
+    RayCluster to work in."""
+    group = parser.add_argument_group(
+        "connection",
+        "Either --env (EKS: endpoint and CA from eks:DescribeCluster, token signed with your AWS credentials) "
+        "or --kubeconfig. The endpoint is private: run from inside the VPC.",
+    )
+    source = group.add_mutually_exclusive_group(required=True)
+    add_env(
+        source, required=False, help="the environment, for its region and EKS cluster (named after ClusterConfig.name)"
+    )
+    source.add_argument("--kubeconfig", type=Path, metavar="FILE", help="use this kubeconfig instead of AWS")
+    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
+    group.add_argument("--cluster", metavar="NAME", help="EKS cluster name (default: the environment's)")
+    group.add_argument("--profile", metavar="NAME", help="AWS profile for --env (default: the usual AWS chain)")
+    group.add_argument(
+        "--namespace", default=RAY.name, metavar="NS", help="namespace of the Ray cluster (default: %(default)s)"
+    )
+    group.add_argument(
+        "--ray-cluster",
+        default=RAY_CLUSTER,
+        metavar="NAME",
+        help="RayCluster whose pods to use, label ray.io/cluster (default: %(default)s; '' for any; "
+        "a RayJob's own cluster is named in `trainctl status`)",
+    )
+    group.add_argument(
+        "--request-timeout",
+        type=seconds(3600),
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="per API request, not for streams (default: %(default)g)",
+    )
+
+
+def connection(args: argparse.Namespace) -> Connection:
+    """The values of add_connection's flags."""
+    return Connection(
+        env=args.env,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        cluster=args.cluster,
+        profile=args.profile,
+        namespace=args.namespace,
+        ray_cluster=args.ray_cluster,
+        request_timeout=args.request_timeout,
+    )
