@@ -32,10 +32,11 @@ from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S, RAY_CLUSTER, Connection
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
 
 
-def add_env(parser: Parser, *, required: bool = True, help: str | None = None) -> argparse.Action:
-    """--env NAME, checked against infra/spec/environments.py's ENVIRONMENTS."""
+def add_env(parser: Parser, *, flag: str = "--env", required: bool = True, help: str | None = None) -> argparse.Action:
+    """--env NAME (or another flag that names an environment, as pin's --built), checked against
+    infra/spec/environments.py's ENVIRONMENTS."""
     return parser.add_argument(
-        "--env",
+        flag,
         required=required,
         type=environment_name,  # its message for an unknown name; choices for the usage line and the docs test
         choices=sorted(ENVIRONMENTS),

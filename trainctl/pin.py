@@ -17,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from infra.spec import Environment
 from k8s.images import DIGEST, ImageLock, ImageLockError
 from trainctl.ecr import EcrClientFactory, ecr_providers
 from trainctl.exit_codes import ExitCode
@@ -366,26 +367,22 @@ def set_digests(path: Path, assignments: Sequence[str]) -> PinReport:
     return report
 
 
-def pin_built(path: Path, environment: str, account: str, ecr: Any) -> PinReport:
-    """The environment's built NVRx image (k8s/built_images.py), pinned with the digest ECR reports for its tag:
-    the entry is added, or its reference and digest replaced; nothing is written if the tag is not there."""
-    from infra.spec import ENVIRONMENTS
+def pin_built(path: Path, env: Environment, account: str, ecr: Any) -> PinReport:
+    """The environment's built NVRx image (k8s/built_images.py), pinned with the digest ECR reports for its tag
+    (`ecr`: a client for the environment's region): the entry is added, or its reference and digest replaced;
+    nothing is written if the tag is not there."""
     from infra.spec.images import built_image_name, context_tag, repository_name
     from k8s.built_images import built_image, built_reference
 
     report = PinReport(Mode.BUILT, path)
-    if environment not in ENVIRONMENTS or not re.match(r"^\d{12}$", account):
-        report.errors.append(
-            f"--built {environment!r} --account {account!r}: expected one of {', '.join(ENVIRONMENTS)} and a "
-            "12-digit account"
-        )
+    if not re.match(r"^\d{12}$", account):
+        report.errors.append(f"--built {env.name} --account {account!r}: expected a 12-digit account")
         return report
     loaded = _load(report)
     if loaded is None:
         return report
     lock, original = loaded
-    env = ENVIRONMENTS[environment]
-    name, repository, tag = built_image_name(environment), repository_name(env.cluster.name), context_tag()
+    name, repository, tag = built_image_name(env.name), repository_name(env.cluster.name), context_tag()
     reference = built_reference(env, account, tag)
     old = lock.images.get(name)
     try:
@@ -396,7 +393,7 @@ def pin_built(path: Path, environment: str, account: str, ecr: Any) -> PinReport
             ImageResult(
                 name, reference, Status.ERROR, old.digest if old else None, None, None, "ecr",
                 f"ecr:DescribeImages {repository}:{tag} in {env.region} failed: {type(exc).__name__}: {exc}; "
-                f"build and push it first (scripts/build_nvrx_image.sh {environment} {account})",
+                f"build and push it first (scripts/build_nvrx_image.sh {env.name} {account})",
             )
         )  # fmt: skip
         return report

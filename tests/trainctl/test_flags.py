@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from infra.spec import ENVIRONMENTS
+from trainctl.arguments import environment_name
 from trainctl.cli import build_parser
 from trainctl.exit_codes import ExitCode
 from trainctl.output import emit
@@ -41,6 +42,13 @@ def test_every_env_refuses_an_unknown_name_the_same_way(command: str, capsys: py
         build_parser().parse_args([command, "--env", "staging"])
     assert exited.value.code == ExitCode.ERROR
     assert f"trainctl {command}: error: argument --env: {KNOWN}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(subparsers()))
+def test_every_flag_that_names_an_environment_takes_the_env_type(command: str) -> None:
+    for action in subparsers()[command]._actions:
+        if action.metavar == "ENV":
+            assert (action.type, action.choices) == (environment_name, sorted(ENVIRONMENTS)), (command, action.dest)
 
 
 @pytest.mark.parametrize("command", sorted(subparsers()))

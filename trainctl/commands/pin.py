@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from infra.spec import get_environment
 from k8s.images import LOCK_PATH
 from trainctl import flags
 from trainctl.arguments import seconds
@@ -55,10 +56,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         dest="assignments",
         help="pin NAME by hand, without network (repeatable); REF must equal the lock's reference for NAME",
     )
-    mode.add_argument(
-        "--built",
-        metavar="ENV",
-        help="pin the NVRx image built for ENV (nvrx-train-ENV) from ecr:DescribeImages; needs --account",
+    flags.add_env(
+        mode,
+        flag="--built",
+        required=False,
+        help="the environment whose built NVRx image (nvrx-train-ENV) to pin from ecr:DescribeImages, in its "
+        "region (needs --account)",
     )
     parser.add_argument("--account", help="the AWS account of the environment's ECR repository (with --built)")
     flags.add_output(parser, quiet=False)
@@ -83,11 +86,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     lock_path: Path = args.lock
     if args.built:
-        from infra.spec import ENVIRONMENTS
-
-        env = ENVIRONMENTS.get(args.built)
-        region = env.region if env is not None else "us-east-1"
-        report = pin_built(lock_path, args.built, args.account or "", boto3_ecr_clients(profile=args.profile)(region))
+        env = get_environment(args.built)  # flags.add_env checked the name
+        report = pin_built(lock_path, env, args.account or "", boto3_ecr_clients(profile=args.profile)(env.region))
     elif args.assignments:
         report = set_digests(lock_path, args.assignments)
     else:
