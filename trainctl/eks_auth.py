@@ -24,7 +24,7 @@ import shlex
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +230,8 @@ class Connection:
     context: str | None = None
     cluster: str | None = None
     profile: str | None = None
+    endpoint_urls: Mapping[str, str] = field(default_factory=dict)
+    """--endpoint-url: trainctl.aws.SERVICES keys ("eks", "*") to URLs."""
     namespace: str = RAY.name
     ray_cluster: str = RAY_CLUSTER
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
@@ -243,6 +245,10 @@ class Connection:
             flags = [f"--env {self.env}"]
             flags += [f"--cluster {shlex.quote(self.cluster)}"] if self.cluster else []
             flags += [f"--profile {shlex.quote(self.profile)}"] if self.profile else []
+            flags += [
+                f"--endpoint-url {shlex.quote(url if key == '*' else f'{key}={url}')}"
+                for key, url in self.endpoint_urls.items()
+            ]
         if self.namespace != RAY.name:
             flags.append(f"--namespace {shlex.quote(self.namespace)}")
         if self.ray_cluster != RAY_CLUSTER:
@@ -290,15 +296,22 @@ def connect(connection: Connection) -> Target:
     """The Target the connection describes; ConnectError says why there is none."""
     c = connection
     if c.kubeconfig is not None:
-        if c.cluster or c.profile:
-            raise ConnectError("--cluster and --profile go with --env, not with --kubeconfig")
+        if c.cluster or c.profile or c.endpoint_urls:
+            raise ConnectError("--cluster, --profile and --endpoint-url go with --env, not with --kubeconfig")
         api = api_client_from_kubeconfig(c.kubeconfig, c.context)
         return Target(api, c.namespace, c.ray_cluster, f"kubeconfig {c.kubeconfig}", c.request_timeout, c.flags())
     if c.env is None:
         raise ConnectError("no --env and no --kubeconfig: name one")
     environment = get_environment(c.env)  # trainctl.flags.add_env checked the name
     name = c.cluster or environment.cluster.name
-    api = api_client(kubeconfig=None, context=c.context, region=environment.region, cluster=name, profile=c.profile)
+    api = api_client(
+        kubeconfig=None,
+        context=c.context,
+        region=environment.region,
+        cluster=name,
+        profile=c.profile,
+        endpoint_urls=c.endpoint_urls,
+    )
     return Target(
         api, c.namespace, c.ray_cluster, f"EKS cluster {name} ({environment.region})", c.request_timeout, c.flags()
     )

@@ -51,6 +51,26 @@ def test_every_flag_that_names_an_environment_takes_the_env_type(command: str) -
             assert (action.type, action.choices) == (environment_name, sorted(ENVIRONMENTS)), (command, action.dest)
 
 
+CONNECTION = ("kubeconfig", "context", "cluster", "profile", "endpoint_url", "request_timeout")
+
+
+def connecting() -> list[str]:
+    return sorted(name for name, parser in subparsers().items() if any(a.dest == "kubeconfig" for a in parser._actions))
+
+
+def test_the_connection_flags_are_one_group_in_every_command_that_connects_to_eks() -> None:
+    # Declared twice before, in commands/scale.py and eks_auth: the helps, timeouts and --endpoint-url differed.
+    assert connecting() == ["drain", "logs", "scale", "status", "submit"]
+    seen: dict[str, tuple[object, ...]] = {}
+    for command in connecting():
+        actions = {a.dest: a for a in subparsers()[command]._actions}
+        groups = {a.dest: g.title for g in subparsers()[command]._action_groups for a in g._group_actions}
+        for dest in CONNECTION:
+            action = actions[dest]
+            described = (groups[dest], action.option_strings, action.type, action.default, action.metavar, action.help)
+            assert seen.setdefault(dest, described) == described, (command, dest)
+
+
 @pytest.mark.parametrize("command", sorted(subparsers()))
 def test_json_and_quiet_mean_the_same_where_they_exist(command: str) -> None:
     actions = {a.dest: a for a in subparsers()[command]._actions}
