@@ -272,3 +272,27 @@ def test_docs_layout_states_the_same_layers(layer: str) -> None:
 def test_docs_layout_lists_the_same_exceptions() -> None:
     _, exceptions = documented_layers()
     assert exceptions == set(EXCEPTIONS)
+
+
+MAX_LINES = 600
+"""The most lines a trainctl module may have (issue 25: preflight.py had grown to 1,452)."""
+
+
+def test_no_trainctl_module_is_over_600_lines() -> None:
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for name, path in modules()
+        if within(name, "trainctl")
+    }
+    assert len(sizes) > 40
+    over = {path: lines for path, lines in sizes.items() if lines > MAX_LINES}
+    assert not over, f"split these into modules named for what they hold (at most {MAX_LINES} lines): {over}"
+
+
+def test_the_parser_lists_every_command_of_trainctl_commands_and_nothing_else() -> None:
+    from trainctl import cli
+
+    listed = [add_parser.__module__ for add_parser in cli.SUBCOMMANDS]
+    assert all(within(module, "trainctl.commands") for module in listed), listed
+    assert all(add_parser.__name__ == "add_parser" for add_parser in cli.SUBCOMMANDS)
+    assert sorted(listed) == sorted(set(listed)) == sorted(command_modules()), "each command listed once"
