@@ -27,10 +27,7 @@ from typing import TextIO
 from trainctl import flags
 from trainctl.eks_auth import ConnectError, Target, connect
 from trainctl.exit_codes import ExitCode
-from trainctl.kube import (
-    KubeError,
-    get_pod,
-)
+from trainctl.kube import KubeError, get_pod
 from trainctl.logs import LogCollector, read_job, read_pods, read_session_logs, worker_pods
 from trainctl.progress import Progress
 from trainctl.ray_jobs import SUBMISSION_ID

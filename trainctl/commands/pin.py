@@ -25,10 +25,7 @@ from trainctl.arguments import seconds
 from trainctl.ecr import boto3_ecr_clients
 from trainctl.output import emit
 from trainctl.pin import SET_FORMAT, check, pin, pin_built, registry_credentials, set_digests
-from trainctl.registry import (
-    DEFAULT_TIMEOUT,
-    RegistryClient,
-)
+from trainctl.registry import DEFAULT_TIMEOUT, RegistryClient
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
