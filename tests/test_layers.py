@@ -170,14 +170,20 @@ def command_modules() -> set[str]:
     return found
 
 
+def test_every_trainctl_command_lives_in_trainctl_commands() -> None:
+    """A module with add_parser is a command, and commands live under trainctl/commands/ (each one a command),
+    so a library module holds no argparse wiring."""
+    commands = command_modules()
+    package = {name for name, _ in modules() if within(name, "trainctl.commands") and name != "trainctl.commands"}
+    assert {"trainctl.commands.preflight", "trainctl.commands.scale", "trainctl.commands.pin"} <= commands
+    assert commands == package, (
+        f"add_parser outside trainctl/commands/: {sorted(commands - package)}; "
+        f"trainctl/commands/ modules without add_parser: {sorted(package - commands)}"
+    )
+
+
 def test_no_trainctl_command_imports_another() -> None:
     commands = command_modules()
-    assert {
-        "trainctl.preflight.command",
-        "trainctl.capacity",
-        "trainctl.commands.rehearse",
-        "trainctl.commands.scale",
-    } <= (commands)
     wrong = [
         f"{path.relative_to(ROOT)}:{line}: {name} imports {target}"
         for name, target, path, line in edges()
@@ -204,6 +210,47 @@ def test_the_trainctl_library_never_imports_the_commands() -> None:
     assert not wrong, f"the trainctl library imports a command (trainctl/commands/): {wrong}"
 
 
+def test_the_parser_imports_only_the_commands() -> None:
+    """trainctl/cli.py builds the parser from trainctl/commands/ and maps run's result to an exit code."""
+    name, path = "trainctl.cli", ROOT / "trainctl/cli.py"
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for target, line in imports(name, path)
+        if own(target) or target in ("trainctl", "trainctl.commands")
+        if not (within(target, "trainctl.commands") or target == "trainctl.exit_codes")
+    ]
+    assert not wrong, f"trainctl/cli.py imports more than trainctl.commands and trainctl.exit_codes: {wrong}"
+
+
+# trainctl modules outside the parser and the commands that may import argparse, and why.
+ARGPARSE_SHELL: dict[str, str] = {
+    "trainctl.flags": "the shared flag groups every command adds (--env, AWS options, output, connection)",
+    "trainctl.arguments": "the argparse value types flags.py and the commands use (environment names, seconds, "
+    "node counts, regions, [KEY=]URL): an ArgumentTypeError is argparse's exit 2 with the message",
+}
+
+
+def test_the_trainctl_library_does_not_import_argparse() -> None:
+    """The client modules are a library: argument handling is the commands' (and flags.py's) job."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for name, path in modules()
+        if within(name, "trainctl") and not within(name, "trainctl.commands") and name not in (*SHELL, *ARGPARSE_SHELL)
+        for target, line in imports(name, path)
+        if target.split(".")[0] == "argparse"
+    ]
+    assert not wrong, f"a trainctl library module imports argparse (move the flags to its command): {wrong}"
+
+
+def test_every_argparse_exception_still_imports_it() -> None:
+    stale = [
+        name
+        for name, path in modules()
+        if name in ARGPARSE_SHELL and not any(target == "argparse" for target, _ in imports(name, path))
+    ]
+    assert not stale, f"remove from ARGPARSE_SHELL (and docs/layout.md): {stale}"
+
+
 def documented_layers() -> tuple[dict[str, tuple[str, ...]], set[tuple[str, str]]]:
     """The table and the exceptions of docs/layout.md's "Layers" section."""
     text = (ROOT / "docs/layout.md").read_text(encoding="utf-8")
@@ -225,3 +272,27 @@ def test_docs_layout_states_the_same_layers(layer: str) -> None:
 def test_docs_layout_lists_the_same_exceptions() -> None:
     _, exceptions = documented_layers()
     assert exceptions == set(EXCEPTIONS)
+
+
+MAX_LINES = 600
+"""The most lines a trainctl module may have (issue 25: preflight.py had grown to 1,452)."""
+
+
+def test_no_trainctl_module_is_over_600_lines() -> None:
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for name, path in modules()
+        if within(name, "trainctl")
+    }
+    assert len(sizes) > 40
+    over = {path: lines for path, lines in sizes.items() if lines > MAX_LINES}
+    assert not over, f"split these into modules named for what they hold (at most {MAX_LINES} lines): {over}"
+
+
+def test_the_parser_lists_every_command_of_trainctl_commands_and_nothing_else() -> None:
+    from trainctl import cli
+
+    listed = [add_parser.__module__ for add_parser in cli.SUBCOMMANDS]
+    assert all(within(module, "trainctl.commands") for module in listed), listed
+    assert all(add_parser.__name__ == "add_parser" for add_parser in cli.SUBCOMMANDS)
+    assert sorted(listed) == sorted(set(listed)) == sorted(command_modules()), "each command listed once"

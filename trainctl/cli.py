@@ -13,10 +13,21 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from trainctl import capacity, fabric_check, goodput, logs, pin, status, submit
-from trainctl.commands import drain, plan, rehearse, scale
+from trainctl.commands import (
+    capacity,
+    drain,
+    fabric_check,
+    goodput,
+    logs,
+    pin,
+    plan,
+    preflight,
+    rehearse,
+    scale,
+    status,
+    submit,
+)
 from trainctl.exit_codes import ExitCode
-from trainctl.preflight import command as preflight
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     pin.add_parser,

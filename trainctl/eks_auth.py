@@ -15,7 +15,6 @@ The API endpoint is private (EndpointAccess.PRIVATE): run trainctl from inside t
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import base64
 import binascii
@@ -25,14 +24,12 @@ import shlex
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from infra.spec import get_environment
 from infra.spec.namespaces import RAY
-from trainctl.arguments import seconds
-from trainctl.flags import add_env
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -206,7 +203,7 @@ def api_client_from_kubeconfig(path: Path, context: str | None) -> Any:
     return client.ApiClient(configuration)
 
 
-# --- command line -----------------------------------------------------------------------------
+# --- the connection ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -224,53 +221,39 @@ class Target:
     """The connection flags to repeat in a suggested command: '--env dev', '--kubeconfig FILE ...'."""
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "connection",
-        "Either --env (EKS: endpoint and CA from eks:DescribeCluster, token signed with your AWS credentials) "
-        "or --kubeconfig. The endpoint is private: run from inside the VPC.",
-    )
-    source = group.add_mutually_exclusive_group(required=True)
-    add_env(
-        source, required=False, help="the environment, for its region and EKS cluster (named after ClusterConfig.name)"
-    )
-    source.add_argument("--kubeconfig", type=Path, metavar="FILE", help="use this kubeconfig instead of AWS")
-    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
-    group.add_argument("--cluster", metavar="NAME", help="EKS cluster name (default: the environment's)")
-    group.add_argument("--profile", metavar="NAME", help="AWS profile for --env (default: the usual AWS chain)")
-    group.add_argument(
-        "--namespace", default=RAY.name, metavar="NS", help="namespace of the Ray cluster (default: %(default)s)"
-    )
-    group.add_argument(
-        "--ray-cluster",
-        default=RAY_CLUSTER,
-        metavar="NAME",
-        help="RayCluster whose pods to use, label ray.io/cluster (default: %(default)s; '' for any; "
-        "a RayJob's own cluster is named in `trainctl status`)",
-    )
-    group.add_argument(
-        "--request-timeout",
-        type=seconds(3600),
-        default=DEFAULT_REQUEST_TIMEOUT_S,
-        metavar="SECONDS",
-        help="per API request, not for streams (default: %(default)g)",
-    )
+@dataclass(frozen=True)
+class Connection:
+    """What the connection flags say (trainctl.flags.add_connection): --env or --kubeconfig, and the rest."""
 
+    env: str | None
+    kubeconfig: Path | None
+    context: str | None = None
+    cluster: str | None = None
+    profile: str | None = None
+    endpoint_urls: Mapping[str, str] = field(default_factory=dict)
+    """--endpoint-url: trainctl.aws.SERVICES keys ("eks", "*") to URLs."""
+    namespace: str = RAY.name
+    ray_cluster: str = RAY_CLUSTER
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
 
-def connection_flags(args: argparse.Namespace) -> str:
-    """The flags that select this cluster, namespace and Ray cluster again (for hints)."""
-    if args.kubeconfig is not None:
-        flags = [f"--kubeconfig {shlex.quote(str(args.kubeconfig))}"]
-        flags += [f"--context {shlex.quote(args.context)}"] if args.context else []
-    else:
-        flags = [f"--env {args.env}"]
-        flags += [f"--cluster {shlex.quote(args.cluster)}"] if args.cluster else []
-        flags += [f"--profile {shlex.quote(args.profile)}"] if args.profile else []
-    if args.namespace != RAY.name:
-        flags.append(f"--namespace {shlex.quote(args.namespace)}")
-    if args.ray_cluster != RAY_CLUSTER:
-        flags.append(f"--ray-cluster {shlex.quote(args.ray_cluster)}")
-    return " ".join(flags)
+    def flags(self) -> str:
+        """The flags that select this cluster, namespace and Ray cluster again (for hints)."""
+        if self.kubeconfig is not None:
+            flags = [f"--kubeconfig {shlex.quote(str(self.kubeconfig))}"]
+            flags += [f"--context {shlex.quote(self.context)}"] if self.context else []
+        else:
+            flags = [f"--env {self.env}"]
+            flags += [f"--cluster {shlex.quote(self.cluster)}"] if self.cluster else []
+            flags += [f"--profile {shlex.quote(self.profile)}"] if self.profile else []
+            flags += [
+                f"--endpoint-url {shlex.quote(url if key == '*' else f'{key}={url}')}"
+                for key, url in self.endpoint_urls.items()
+            ]
+        if self.namespace != RAY.name:
+            flags.append(f"--namespace {shlex.quote(self.namespace)}")
+        if self.ray_cluster != RAY_CLUSTER:
+            flags.append(f"--ray-cluster {shlex.quote(self.ray_cluster)}")
+        return " ".join(flags)
 
 
 def eks_api_client(
@@ -309,20 +292,26 @@ def api_client(
     return eks_api_client(region, cluster, profile=profile, endpoint_urls=endpoint_urls)
 
 
-def connect(args: argparse.Namespace) -> Target:
-    """The Target the connection arguments describe; ConnectError says why there is none."""
-    namespace: str = args.namespace
-    ray_cluster: str = args.ray_cluster
-    timeout: float = args.request_timeout
-    flags = connection_flags(args)
-    if args.kubeconfig is not None:
-        if args.cluster or args.profile:
-            raise ConnectError("--cluster and --profile go with --env, not with --kubeconfig")
-        api = api_client_from_kubeconfig(args.kubeconfig, args.context)
-        return Target(api, namespace, ray_cluster, f"kubeconfig {args.kubeconfig}", timeout, flags)
-    environment = get_environment(args.env)  # trainctl.flags.add_env checked the name
-    name: str = args.cluster or environment.cluster.name
+def connect(connection: Connection) -> Target:
+    """The Target the connection describes; ConnectError says why there is none."""
+    c = connection
+    if c.kubeconfig is not None:
+        if c.cluster or c.profile or c.endpoint_urls:
+            raise ConnectError("--cluster, --profile and --endpoint-url go with --env, not with --kubeconfig")
+        api = api_client_from_kubeconfig(c.kubeconfig, c.context)
+        return Target(api, c.namespace, c.ray_cluster, f"kubeconfig {c.kubeconfig}", c.request_timeout, c.flags())
+    if c.env is None:
+        raise ConnectError("no --env and no --kubeconfig: name one")
+    environment = get_environment(c.env)  # trainctl.flags.add_env checked the name
+    name = c.cluster or environment.cluster.name
     api = api_client(
-        kubeconfig=None, context=args.context, region=environment.region, cluster=name, profile=args.profile
+        kubeconfig=None,
+        context=c.context,
+        region=environment.region,
+        cluster=name,
+        profile=c.profile,
+        endpoint_urls=c.endpoint_urls,
     )
-    return Target(api, namespace, ray_cluster, f"EKS cluster {name} ({environment.region})", timeout, flags)
+    return Target(
+        api, c.namespace, c.ray_cluster, f"EKS cluster {name} ({environment.region})", c.request_timeout, c.flags()
+    )

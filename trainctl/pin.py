@@ -1,21 +1,14 @@
-"""`trainctl pin`: pin every image of the lock (k8s/images.lock.json) by digest.
+"""Pin the images of the lock (k8s/images.lock.json) by digest: resolve every tag, check the pins, set them by
+hand, or pin an environment's built NVRx image from ECR; each a PinReport (trainctl/commands/pin.py is the
+command).
 
-    trainctl pin                  resolve every tag (pinned ones too) and write all digests, or nothing
-    trainctl pin --check          resolve and compare; exit 1 if a digest is missing or stale, write nothing
-    trainctl pin --set NAME=REF@sha256:<64 hex> ...
-                                  pin by hand (air-gapped sites): no network; REF must be the lock's reference
-    trainctl pin --built ENV --account ACCOUNT
-                                  pin the NVRx image built for ENV (nvrx-train-ENV): its digest from
-                                  ecr:DescribeImages of <cluster>/nvrx-train at the Dockerfile's tag
-
-The lock is written atomically (ImageLock.write) and only when every image resolved: one
-failure (unreachable registry, unknown tag, refused token) leaves the file byte-for-byte as
-it was. It is also left alone if someone else changed it while the tags were resolved.
+The lock is written atomically (ImageLock.write) and only when every image resolved: one failure
+(unreachable registry, unknown tag, refused token) leaves the file byte-for-byte as it was. It is also left
+alone if someone else changed it while the tags were resolved.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Sequence
@@ -24,14 +17,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from k8s.images import DIGEST, LOCK_PATH, ImageLock, ImageLockError
-from trainctl import flags
-from trainctl.arguments import seconds
-from trainctl.ecr import EcrClientFactory, boto3_ecr_clients, ecr_providers
+from infra.spec import Environment
+from k8s.images import DIGEST, ImageLock, ImageLockError
+from trainctl.ecr import EcrClientFactory, ecr_providers
 from trainctl.exit_codes import ExitCode
-from trainctl.output import NOT_RUN, emit, short_digest, table
+from trainctl.output import NOT_RUN, short_digest, table
 from trainctl.registry import (
-    DEFAULT_TIMEOUT,
     INDEX_MEDIA_TYPES,
     CredentialProvider,
     RegistryClient,
@@ -376,26 +367,22 @@ def set_digests(path: Path, assignments: Sequence[str]) -> PinReport:
     return report
 
 
-def pin_built(path: Path, environment: str, account: str, ecr: Any) -> PinReport:
-    """The environment's built NVRx image (k8s/built_images.py), pinned with the digest ECR reports for its tag:
-    the entry is added, or its reference and digest replaced; nothing is written if the tag is not there."""
-    from infra.spec import ENVIRONMENTS
+def pin_built(path: Path, env: Environment, account: str, ecr: Any) -> PinReport:
+    """The environment's built NVRx image (k8s/built_images.py), pinned with the digest ECR reports for its tag
+    (`ecr`: a client for the environment's region): the entry is added, or its reference and digest replaced;
+    nothing is written if the tag is not there."""
     from infra.spec.images import built_image_name, context_tag, repository_name
     from k8s.built_images import built_image, built_reference
 
     report = PinReport(Mode.BUILT, path)
-    if environment not in ENVIRONMENTS or not re.match(r"^\d{12}$", account):
-        report.errors.append(
-            f"--built {environment!r} --account {account!r}: expected one of {', '.join(ENVIRONMENTS)} and a "
-            "12-digit account"
-        )
+    if not re.match(r"^\d{12}$", account):
+        report.errors.append(f"--built {env.name} --account {account!r}: expected a 12-digit account")
         return report
     loaded = _load(report)
     if loaded is None:
         return report
     lock, original = loaded
-    env = ENVIRONMENTS[environment]
-    name, repository, tag = built_image_name(environment), repository_name(env.cluster.name), context_tag()
+    name, repository, tag = built_image_name(env.name), repository_name(env.cluster.name), context_tag()
     reference = built_reference(env, account, tag)
     old = lock.images.get(name)
     try:
@@ -406,7 +393,7 @@ def pin_built(path: Path, environment: str, account: str, ecr: Any) -> PinReport
             ImageResult(
                 name, reference, Status.ERROR, old.digest if old else None, None, None, "ecr",
                 f"ecr:DescribeImages {repository}:{tag} in {env.region} failed: {type(exc).__name__}: {exc}; "
-                f"build and push it first (scripts/build_nvrx_image.sh {environment} {account})",
+                f"build and push it first (scripts/build_nvrx_image.sh {env.name} {account})",
             )
         )  # fmt: skip
         return report
@@ -427,59 +414,6 @@ def pin_built(path: Path, environment: str, account: str, ecr: Any) -> PinReport
     return report
 
 
-# --- command line -----------------------------------------------------------------------------
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "pin",
-        help="pin the images of the lock by digest (resolve, --check, or --set by hand)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit codes: 0 done / check passed, 1 check failed (missing or stale digest), "
-        "2 could not run (registry or network error, bad arguments, bad lock); "
-        "the lock is written only on 0, never by --check",
-    )
-    parser.add_argument("--lock", type=Path, default=LOCK_PATH, help="the lock file (default: %(default)s)")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="resolve and compare only; exit 1 if missing or stale")
-    mode.add_argument(
-        "--missing-only",
-        action="store_true",
-        help="resolve only entries without a digest, never re-pin a pinned one (what `make synth` runs)",
-    )
-    mode.add_argument(
-        "--set",
-        action="append",
-        metavar=SET_FORMAT,
-        dest="assignments",
-        help="pin NAME by hand, without network (repeatable); REF must equal the lock's reference for NAME",
-    )
-    mode.add_argument(
-        "--built",
-        metavar="ENV",
-        help="pin the NVRx image built for ENV (nvrx-train-ENV) from ecr:DescribeImages; needs --account",
-    )
-    parser.add_argument("--account", help="the AWS account of the environment's ECR repository (with --built)")
-    flags.add_output(parser, quiet=False)
-    parser.add_argument(
-        "--timeout",
-        type=seconds(120),
-        default=DEFAULT_TIMEOUT,
-        help="seconds per registry request (default: %(default)g)",
-    )
-    parser.add_argument(
-        "--allow-insecure-loopback",
-        action="store_true",
-        help="use plain http for registries on 127.0.0.0/8, localhost or [::1] (local test registries only)",
-    )
-    flags.add_profile(
-        parser,
-        help="AWS profile for private ECR registries in the lock (ecr:GetAuthorizationToken; default: the usual chain)",
-    )
-    parser.set_defaults(run=run)
-
-
 def registry_credentials(lock_path: Path, clients: EcrClientFactory) -> dict[str, CredentialProvider]:
     """Providers for the private ECR registries the lock names (others are pulled anonymously);
     none when the lock cannot be read (pin itself reports that)."""
@@ -494,24 +428,3 @@ def registry_credentials(lock_path: Path, clients: EcrClientFactory) -> dict[str
         except RegistryError:
             continue
     return ecr_providers(sorted(hosts), clients)
-
-
-def run(args: argparse.Namespace) -> int:
-    lock_path: Path = args.lock
-    if args.built:
-        from infra.spec import ENVIRONMENTS
-
-        env = ENVIRONMENTS.get(args.built)
-        region = env.region if env is not None else "us-east-1"
-        report = pin_built(lock_path, args.built, args.account or "", boto3_ecr_clients(profile=args.profile)(region))
-    elif args.assignments:
-        report = set_digests(lock_path, args.assignments)
-    else:
-        client = RegistryClient(
-            timeout=args.timeout,
-            allow_insecure_loopback=args.allow_insecure_loopback,
-            credentials=registry_credentials(lock_path, boto3_ecr_clients(profile=args.profile)),
-        )
-        missing_only: bool = args.missing_only
-        report = check(lock_path, client) if args.check else pin(lock_path, client, missing_only=missing_only)
-    return emit(report, as_json=args.json)

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from tests.fabric_analyzer.test_corpus import CORPUS
-from trainctl import cli, fabric_check
+from trainctl import cli
+from trainctl.commands import fabric_check
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60
@@ -22,18 +23,9 @@ MIXED_LOG = CORPUS / "mixed_one_of_four_ranks_socket.log"
 DEGRADED_LOG = CORPUS / "degraded_tcp_ofi_rxm_ofi1.4.log"
 UNKNOWN_LOG = CORPUS / "unknown_coll_subsys_only.log"
 
-# trainctl.cli lists its subcommands in SUBCOMMANDS; add fabric-check for the run if it is not there (yet).
-TRAINCTL = (
-    "import sys\n"
-    "from trainctl import cli, fabric_check\n"
-    "if fabric_check.add_parser not in cli.SUBCOMMANDS:\n"
-    "    cli.SUBCOMMANDS = (*cli.SUBCOMMANDS, fabric_check.add_parser)\n"
-    "raise SystemExit(cli.main(sys.argv[1:]))\n"
-)
-
 COMMANDS = {
     "module": [sys.executable, "-m", "training.fabric_analyzer"],
-    "trainctl": [sys.executable, "-c", TRAINCTL, "fabric-check"],
+    "trainctl": [sys.executable, "-m", "trainctl", "fabric-check"],
 }
 
 
@@ -163,13 +155,6 @@ def test_help_documents_exit_codes(command: str) -> None:
 # --- trainctl in-process ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    if fabric_check.add_parser not in cli.SUBCOMMANDS:
-        monkeypatch.setattr(cli, "SUBCOMMANDS", (*cli.SUBCOMMANDS, fabric_check.add_parser))
-
-
-@pytest.mark.usefixtures("registered")
 def test_trainctl_main_returns_0_and_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["fabric-check", str(EFA_LOG)]) == 0
     assert cli.main(["fabric-check", "--json", str(MIXED_LOG)]) == 1
@@ -179,7 +164,6 @@ def test_trainctl_main_returns_0_and_1(capsys: pytest.CaptureFixture[str]) -> No
     assert document["verdict"] == "socket"
 
 
-@pytest.mark.usefixtures("registered")
 def test_trainctl_main_exits_3_and_2() -> None:
     assert cli.main(["fabric-check", str(UNKNOWN_LOG)]) == 3
     assert cli.main(["fabric-check", str(CORPUS / "no-such.log")]) == 2

@@ -24,9 +24,11 @@ from trainctl.eks_auth import (
     TOKEN_PREFIX,
     ClusterAccess,
     ConnectError,
+    Connection,
     Target,
     TokenSource,
     api_client_for_eks,
+    connect,
     decode_token,
     describe_cluster,
     eks_token,
@@ -203,3 +205,11 @@ def test_api_client_presents_the_eks_token_to_the_api_server(moto: MotoServer) -
     url = decode_token(tokens.token())
     assert "X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" in url
     assert json.dumps(report.to_json())  # serialisable
+
+
+def test_a_connection_repeats_its_flags_and_refuses_aws_options_beside_a_kubeconfig(tmp_path: Path) -> None:
+    eks = Connection(env="dev", kubeconfig=None, profile="ops", endpoint_urls={"eks": "http://127.0.0.1:5000"})
+    assert eks.flags() == "--env dev --profile ops --endpoint-url eks=http://127.0.0.1:5000"
+    kubeconfig = tmp_path / "kubeconfig"
+    with pytest.raises(ConnectError, match="--cluster, --profile and --endpoint-url go with --env"):
+        connect(Connection(env=None, kubeconfig=kubeconfig, endpoint_urls={"*": "http://127.0.0.1:5000"}))

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from infra.spec import ENVIRONMENTS
+from trainctl.arguments import environment_name
 from trainctl.cli import build_parser
 from trainctl.exit_codes import ExitCode
 from trainctl.output import emit
@@ -41,6 +42,33 @@ def test_every_env_refuses_an_unknown_name_the_same_way(command: str, capsys: py
         build_parser().parse_args([command, "--env", "staging"])
     assert exited.value.code == ExitCode.ERROR
     assert f"trainctl {command}: error: argument --env: {KNOWN}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(subparsers()))
+def test_every_flag_that_names_an_environment_takes_the_env_type(command: str) -> None:
+    for action in subparsers()[command]._actions:
+        if action.metavar == "ENV":
+            assert (action.type, action.choices) == (environment_name, sorted(ENVIRONMENTS)), (command, action.dest)
+
+
+CONNECTION = ("kubeconfig", "context", "cluster", "profile", "endpoint_url", "request_timeout")
+
+
+def connecting() -> list[str]:
+    return sorted(name for name, parser in subparsers().items() if any(a.dest == "kubeconfig" for a in parser._actions))
+
+
+def test_the_connection_flags_are_one_group_in_every_command_that_connects_to_eks() -> None:
+    # Declared twice before, in commands/scale.py and eks_auth: the helps, timeouts and --endpoint-url differed.
+    assert connecting() == ["drain", "logs", "scale", "status", "submit"]
+    seen: dict[str, tuple[object, ...]] = {}
+    for command in connecting():
+        actions = {a.dest: a for a in subparsers()[command]._actions}
+        groups = {a.dest: g.title for g in subparsers()[command]._action_groups for a in g._group_actions}
+        for dest in CONNECTION:
+            action = actions[dest]
+            described = (groups[dest], action.option_strings, action.type, action.default, action.metavar, action.help)
+            assert seen.setdefault(dest, described) == described, (command, dest)
 
 
 @pytest.mark.parametrize("command", sorted(subparsers()))

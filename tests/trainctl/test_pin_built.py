@@ -10,13 +10,17 @@ from pathlib import Path
 import boto3
 import pytest
 
+from infra.spec import ENVIRONMENTS
 from infra.spec.images import context_tag
 from k8s.images import LOCK_PATH, ImageLock
 from tests.trainctl.fake_aws import MotoServer
+from tests.trainctl.test_flags import KNOWN
+from trainctl.cli import main
 from trainctl.exit_codes import ExitCode
 from trainctl.pin import Status, pin_built
 
 ACCOUNT = "123456789012"
+PROD = ENVIRONMENTS["prod"]
 pytestmark = pytest.mark.usefixtures("fake_aws_credentials")
 
 
@@ -53,7 +57,7 @@ def test_the_built_image_is_pinned_from_describe_images(moto: MotoServer, tmp_pa
     lock_path = tmp_path / "images.lock.json"
     lock_path.write_bytes(LOCK_PATH.read_bytes())
     digest = _push(_ecr(moto), context_tag())
-    report = pin_built(lock_path, "prod", ACCOUNT, _ecr(moto))
+    report = pin_built(lock_path, PROD, ACCOUNT, _ecr(moto))
     assert report.exit_code is ExitCode.OK, report.render()
     (result,) = report.images
     assert (result.name, result.status, result.new_digest) == ("nvrx-train-prod", Status.PINNED, digest)
@@ -61,7 +65,7 @@ def test_the_built_image_is_pinned_from_describe_images(moto: MotoServer, tmp_pa
     assert entry.pinned == f"{ACCOUNT}.dkr.ecr.us-east-2.amazonaws.com/ml-prod/nvrx-train:{context_tag()}@{digest}"
     assert entry.runtime is not None
     assert entry.runtime.packages["nvidia-resiliency-ext"] == "0.4.1"
-    again = pin_built(lock_path, "prod", ACCOUNT, _ecr(moto))
+    again = pin_built(lock_path, PROD, ACCOUNT, _ecr(moto))
     assert (again.images[0].status, again.written) == (Status.UNCHANGED, False)
 
 
@@ -69,13 +73,33 @@ def test_a_tag_not_pushed_yet_writes_nothing_and_says_how_to_build(moto: MotoSer
     lock_path = tmp_path / "images.lock.json"
     lock_path.write_bytes(LOCK_PATH.read_bytes())
     _push(_ecr(moto), "nvrx-000000000000")  # another Dockerfile's tag
-    report = pin_built(lock_path, "prod", ACCOUNT, _ecr(moto))
+    report = pin_built(lock_path, PROD, ACCOUNT, _ecr(moto))
     assert report.exit_code is ExitCode.ERROR
     assert "scripts/build_nvrx_image.sh prod 123456789012" in str(report.images[0].error)
     assert lock_path.read_bytes() == LOCK_PATH.read_bytes()
 
 
-def test_an_unknown_environment_or_account_is_refused(tmp_path: Path) -> None:
-    report = pin_built(tmp_path / "none.json", "staging", "42", object())
+def test_an_account_that_is_not_12_digits_is_refused(tmp_path: Path) -> None:
+    report = pin_built(tmp_path / "none.json", PROD, "42", object())
     assert report.exit_code is ExitCode.ERROR
-    assert report.errors[0].startswith("--built 'staging' --account '42': expected one of dev, prod")
+    assert report.errors == ["--built prod --account '42': expected a 12-digit account"]
+
+
+def test_an_unknown_environment_is_refused_by_the_parser_as_every_env(capsys: pytest.CaptureFixture[str]) -> None:
+    # Free text before, with a us-east-1 client for a name no environment has: the library refused it later.
+    with pytest.raises(SystemExit) as exited:
+        main(["pin", "--built", "staging", "--account", ACCOUNT])
+    assert exited.value.code == ExitCode.ERROR
+    assert f"trainctl pin: error: argument --built: {KNOWN}" in capsys.readouterr().err
+
+
+def test_the_command_asks_ecr_in_the_environments_region(
+    moto: MotoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock_path = tmp_path / "images.lock.json"
+    lock_path.write_bytes(LOCK_PATH.read_bytes())
+    digest = _push(_ecr(moto), context_tag())  # in us-east-2, prod's region; moto keeps repositories per region
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto.url)
+    assert main(["pin", "--built", "prod", "--account", ACCOUNT, "--lock", str(lock_path), "--json"]) == ExitCode.OK
+    (image,) = json.loads(capsys.readouterr().out)["images"]
+    assert (image["name"], image["new_digest"]) == ("nvrx-train-prod", digest)

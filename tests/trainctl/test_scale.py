@@ -44,6 +44,7 @@ TAINT_MESSAGE = (
 @pytest.fixture
 def cluster(moto: MotoServer) -> Iterator[MotoServer]:
     """The dev cluster and its GPU node group in moto, desired size 0 (as a fresh deploy leaves it)."""
+    moto.reset()  # moto's backends are the process's: another module's server may have left an ml-dev
     eks = boto3.client("eks", region_name=ENV.region, endpoint_url=moto.url)
     eks.create_cluster(
         name=ENV.cluster.name,

@@ -30,7 +30,7 @@ from typing import Any
 from infra.spec.namespaces import RAY, TRAINING_NAMESPACES
 from trainctl import flags
 from trainctl.arguments import seconds
-from trainctl.eks_auth import RAY_CLUSTER, ConnectError, add_connection_arguments, connect
+from trainctl.eks_auth import RAY_CLUSTER, ConnectError, connect
 from trainctl.exit_codes import ExitCode
 from trainctl.kube import KubeError, api_errors
 from trainctl.output import emit, table
@@ -256,7 +256,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: 0 safe to destroy, 1 something is still there, 2 could not run",
     )
-    add_connection_arguments(parser)
+    flags.add_connection(parser)
     parser.add_argument(
         "--release-claims",
         action="store_true",
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return ExitCode.ERROR
     try:
-        target = connect(args)
+        target = connect(flags.connection(args))
     except ConnectError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.ERROR

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from infra.spec import Environment
@@ -29,7 +28,7 @@ from trainctl import flags
 from trainctl import scale as scaling
 from trainctl.arguments import node_count, seconds
 from trainctl.aws import Aws
-from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S, api_client
+from trainctl.eks_auth import api_client
 from trainctl.output import emit
 from trainctl.progress import Progress
 from trainctl.scale import DEFAULT_WAIT_S
@@ -56,22 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="for the update and the nodes, each (default: %(default)g)",
     )
     flags.add_output(parser)
-    group = parser.add_argument_group(
-        "connection",
-        "The Kubernetes API: by default the environment's EKS cluster (endpoint and CA from eks:DescribeCluster, "
-        "token signed with your AWS credentials; private endpoint: run from inside the VPC), or --kubeconfig.",
-    )
-    group.add_argument("--kubeconfig", type=Path, metavar="FILE", help="use this kubeconfig for the Kubernetes API")
-    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
-    group.add_argument("--cluster", metavar="NAME", help="EKS cluster name (default: the environment's)")
-    group.add_argument(
-        "--request-timeout",
-        type=seconds(3600),
-        default=DEFAULT_REQUEST_TIMEOUT_S,
-        metavar="SECONDS",
-        help="per API request (default: %(default)g)",
-    )
-    flags.add_aws(group, services=["eks"])
+    flags.add_connection(parser, ray=False)
     parser.set_defaults(run=run)
 
 

@@ -1,12 +1,10 @@
 """`trainctl preflight` as a package: one module per check (each with `gather(env, aws, say) -> rows`),
-`results` (the row every check returns), `runner` (the tuple of checks and the loop over it), `report`
-(exit code, JSON, table) and `command` (the flags and the output; trainctl/cli.py registers it). The
-names below are the library the other commands use (capacity, scale); the package does not import its
-command, so they do not import a command either."""
+`results` (the row every check returns), `runner` (the tuple of checks and the loop over it) and `report`
+(exit code, JSON, table); the command (the flags and the output) is trainctl/commands/preflight.py. The
+names below are the library other modules use (capacity, scale)."""
 
 from __future__ import annotations
 
-from trainctl.arguments import aws_endpoint
 from trainctl.preflight.chart import ALL_CHARTS, chart_checks, chart_not_fetched
 from trainctl.preflight.quota import quota_for
 from trainctl.preflight.report import PreflightReport
@@ -21,7 +19,6 @@ __all__ = [
     "CheckResult",
     "PreflightReport",
     "Status",
-    "aws_endpoint",
     "chart_checks",
     "chart_not_fetched",
     "could_not_run",

@@ -18,7 +18,7 @@ ENVIRONMENT_TAG = "platform:environment"
 # CloudFormation tags what a stack creates with the stack's name (infra/stage.py: <cluster>-platform).
 STACK_NAME_TAG = "aws:cloudformation:stack-name"
 
-# What a check reports its progress to (a line per lookup; trainctl.preflight.command shows it on a terminal).
+# What a check reports its progress to (a line per lookup; trainctl/commands/preflight.py shows it on a terminal).
 Say = Callable[[str], None]
 
 
