@@ -727,6 +727,7 @@ class FakePod:
     name: str
     phase: str = "Running"
     plan: Plan = dataclasses.field(default_factory=lambda: Plan({}))
+    deleted_by_controller: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -134,8 +134,9 @@ def test_with_quota_for_nodes_that_never_came_the_job_is_evicted_requeued_then_d
 
 def test_node_loss_during_a_job_evicts_its_pod_after_the_toleration_and_the_job_replaces_it() -> None:
     # Index 0 on g6-0, index 1 on g6-1; g6-0 is lost at 100 s. The pod there is deleted 50 s (node-monitor grace,
-    # Kubernetes 1.36; infra/spec/node_loss.py) + 300 s (DefaultTolerationSeconds) later with DisruptionTarget, which the Ignore rule does not count; its
-    # replacement cannot use g6-0 (unreachable taint) and waits for index 1 to leave g6-1.
+    # Kubernetes 1.36; infra/spec/node_loss.py) + 300 s (DefaultTolerationSeconds) later with DisruptionTarget,
+    # which the Ignore rule does not count; its replacement cannot use g6-0 (unreachable taint) and waits for index 1
+    # to leave g6-1.
     rule = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
     job = gpu_job("loss", queue=None, podFailurePolicy=rule)
     runtime = FakeRuntime({"loss-0": [Script(after_s=1000), Script(after_s=50)], "loss-1": [Script(after_s=600)]})
