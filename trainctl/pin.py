@@ -406,7 +406,8 @@ def pin_built(path: Path, environment: str, account: str, ecr: Any) -> PinReport
             ImageResult(
                 name, reference, Status.ERROR, old.digest if old else None, None, None, "ecr",
                 f"ecr:DescribeImages {repository}:{tag} in {env.region} failed: {type(exc).__name__}: {exc}; "
-                f"build and push it first (scripts/build_nvrx_image.sh {environment} {account})",
+                f"build and push it first: `cdk deploy '{environment}/Images'` (or, with Docker, "
+                f"scripts/build_nvrx_image.sh {environment} {account})",
             )
         )  # fmt: skip
         return report
