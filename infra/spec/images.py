@@ -134,7 +134,8 @@ def base_registry(reference: str) -> BaseRegistry:
     raise ConfigError(
         "images.nvrx-train.reference",
         reference,
-        f"{ECR_PUBLIC_HOST}/REPOSITORY[:TAG][@DIGEST] or ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY[:TAG][@DIGEST]",
+        f"{ECR_PUBLIC_HOST}/REPOSITORY[:TAG][@DIGEST] or "
+        "ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY[:TAG][@DIGEST]",
         "pin the PyTorch training DLC from ECR Public or from its in-region ECR registry (k8s/images.lock.json)",
     )
 
