@@ -135,7 +135,8 @@ def test_the_custom_resource_waits_for_the_build_within_cloudformations_hour(ima
     _, waiter = _one(images, "AWS::StepFunctions::StateMachine")
     definition = json.dumps(waiter["Properties"]["DefinitionString"])
     # Provider framework: maxAttempts = totalTimeout / queryInterval = 55 min / 30 s.
-    assert '\\"IntervalSeconds\\":30' in definition and '\\"MaxAttempts\\":110' in definition
+    assert '\\"IntervalSeconds\\":30' in definition
+    assert '\\"MaxAttempts\\":110' in definition
     assert waiter["Properties"]["LoggingConfiguration"]["Level"] == "ALL"
 
 
@@ -174,7 +175,8 @@ def test_the_stack_reads_nothing_from_another_stack(
     images: dict[str, Any], stages: dict[str, Any], env_name: str
 ) -> None:
     text = json.dumps(images)
-    assert "Fn::ImportValue" not in text and "Fn::GetStackOutput" not in text
+    assert "Fn::ImportValue" not in text
+    assert "Fn::GetStackOutput" not in text
     assert stages[env_name].images.dependencies == []
 
 
