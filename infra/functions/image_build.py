@@ -3,8 +3,10 @@ CDK Provider framework: `on_event` starts the CodeBuild build, `is_complete` is 
 
 The repository's tags are immutable and the tag is the hash of the build context (infra/spec/images.py), so an
 image already pushed under the tag is that build: no second build is started for it (a re-deploy, a rollback to
-the previous Dockerfile, a changed property that is not the context). Delete does nothing: the repository is
-emptied and deleted with the stack (EmptyOnDelete).
+the previous Dockerfile, a changed property that is not the context). A new base reference is a new tag: the
+Dockerfile's ARG BASE is the lock's reference (tests/k8s/test_nvrx_image.py); a digest pinned for the same frozen
+tag reuses the image of that tag. Delete does nothing: the repository is emptied and deleted with the stack
+(EmptyOnDelete).
 
 Properties: ProjectName (the CodeBuild project, which holds BASE and IMAGE), RepositoryName, ImageTag, Base.
 Standard library and boto3 only: the Lambda Python runtime provides both.

@@ -11,7 +11,7 @@ ecr:PutImage, as `docker push` would leave it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,10 @@ REGION = "us-east-2"
 REPOSITORY = "ml-prod/nvrx-train"
 PROJECT = "NvrxImageProject"
 TAG = "nvrx-0123456789ab"
-BASE = "public.ecr.aws/deep-learning-containers/pytorch-training:2.9.0-gpu-py312-cu130-ubuntu22.04-ec2-v1.11"
+BASE = (
+    "public.ecr.aws/deep-learning-containers/pytorch-training:2.9.0-gpu-py312-cu130-ubuntu22.04-ec2-v1.11@sha256:"
+    + "2" * 64
+)
 PROPERTIES = {"ProjectName": PROJECT, "RepositoryName": REPOSITORY, "ImageTag": TAG, "Base": BASE}
 
 
@@ -123,6 +126,8 @@ def test_a_tag_already_pushed_starts_no_build(aws: MotoServer) -> None:
     for event in (
         _event("Create"),  # a re-deploy after a destroy that left the image (or a retried create)
         _event("Update", old={**PROPERTIES, "ImageTag": "nvrx-ba9876543210"}, physical=f"{REPOSITORY}:x"),  # rollback
+        # The lock pinned the base's digest, same frozen tag, same Dockerfile: the image of this context is there.
+        _event("Update", old={**PROPERTIES, "Base": BASE.partition("@")[0]}, physical=f"{REPOSITORY}:{TAG}"),
     ):
         started = image_build.on_event(event)
         assert "BuildId" not in started
@@ -158,7 +163,7 @@ class CodeBuildBuilds(LoopbackStub):
         super().__init__()
         self.answers = answers
 
-    def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         target = headers.get("X-Amz-Target", "")
         self.calls.append(target.rpartition(".")[2])
         if target != "CodeBuild_20161006.BatchGetBuilds":
@@ -193,7 +198,8 @@ def codebuild_builds(aws: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
                 "logs": {"deepLink": logs},
             },
         ]
-    ).start()
+    )
+    server.start()
     monkeypatch.setenv("AWS_ENDPOINT_URL_CODEBUILD", server.url)
     try:
         yield server
