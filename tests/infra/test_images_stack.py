@@ -4,6 +4,7 @@ read from the session's synth (tests/conftest.py) except where another base need
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,3 +220,22 @@ def test_a_base_from_another_registry_is_refused_naming_the_field() -> None:
         base_registry("docker.io/pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
     assert str(error.value).startswith("images.nvrx-train.reference='docker.io/pytorch/pytorch:2.9.0-cuda13.0")
     assert "Fix: pin the PyTorch training DLC from ECR Public or from its in-region ECR registry" in str(error.value)
+
+
+def test_the_assets_hold_the_build_context_and_the_handler_module_alone(
+    images: dict[str, Any], stages: dict[str, Any], cdk_out: Path
+) -> None:
+    from infra.spec.images import NVRX_CONTEXT
+
+    def files(s3_key: Any) -> list[str]:
+        directory = cdk_out / f"asset.{str(s3_key).removesuffix('.zip')}"
+        return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+    handlers = {f["Properties"]["Handler"]: f for f in _of_type(images, "AWS::Lambda::Function").values()}
+    code = handlers["image_build.on_event"]["Properties"]["Code"]
+    assert files(code["S3Key"]) == ["image_build.py"]  # no __pycache__, no __init__.py: a deterministic asset
+    _, project = _one(images, "AWS::CodeBuild::Project")
+    location = project["Properties"]["Source"]["Location"]["Fn::Join"][1][-1]
+    assert files(location.rpartition("/")[2]) == sorted(
+        str(p.relative_to(NVRX_CONTEXT)) for p in NVRX_CONTEXT.rglob("*") if p.is_file()
+    )
