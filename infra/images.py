@@ -21,6 +21,8 @@ destroy cannot pull until the stack is deployed again.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
@@ -36,6 +38,7 @@ from infra.spec import Environment
 from infra.spec.images import (
     BUILD_COMPUTE_TYPE,
     BUILD_POLL_SECONDS,
+    BUILD_QUEUED_TIMEOUT_MINUTES,
     BUILD_TIMEOUT_MINUTES,
     CUSTOM_RESOURCE_TIMEOUT_MINUTES,
     KEEP_IMAGES,
@@ -50,9 +53,8 @@ from infra.spec.images import (
 )
 from k8s.built_images import build_base
 
-FUNCTIONS = NVRX_CONTEXT.parents[1] / "infra" / "functions"
+FUNCTIONS = Path(__file__).resolve().parent / "functions"
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
-QUEUED_TIMEOUT_MINUTES = WAIT_TIMEOUT_MINUTES - BUILD_TIMEOUT_MINUTES
 
 
 def buildspec(base: BaseRegistry) -> dict[str, object]:
@@ -132,7 +134,7 @@ class NvrxImageBuild(Construct):
             },
             build_spec=codebuild.BuildSpec.from_object(buildspec(registry)),
             timeout=Duration.minutes(BUILD_TIMEOUT_MINUTES),
-            queued_timeout=Duration.minutes(QUEUED_TIMEOUT_MINUTES),
+            queued_timeout=Duration.minutes(BUILD_QUEUED_TIMEOUT_MINUTES),
             concurrent_build_limit=1,
             logging=codebuild.LoggingOptions(
                 cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self._log_group("BuildLogs"))

@@ -70,6 +70,7 @@ def refuse_start_install(environment_name: str, config: NvrxImageConfig, start_i
 # (8 vCPU, 15 GB memory, 128 GB disk: CodeBuild user guide, "Build environment compute modes and types").
 BUILD_TIMEOUT_MINUTES = 50
 WAIT_TIMEOUT_MINUTES = 55
+BUILD_QUEUED_TIMEOUT_MINUTES = WAIT_TIMEOUT_MINUTES - BUILD_TIMEOUT_MINUTES  # a queued build counts too
 CUSTOM_RESOURCE_TIMEOUT_MINUTES = 60
 BUILD_POLL_SECONDS = 30
 BUILD_COMPUTE_TYPE = "BUILD_GENERAL1_LARGE"
