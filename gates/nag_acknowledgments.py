@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.spec import ENVIRONMENTS
+
 IAM4 = "AwsSolutions::AwsSolutions-IAM4"
 IAM5 = "AwsSolutions::AwsSolutions-IAM5"
 
@@ -36,6 +38,110 @@ LOG_RETENTION = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
 LOG_RETENTION_REASON = (
     "Role of aws-cdk-lib's LogRetention handler, which creates or adopts /aws/eks/<cluster>/cluster and sets "
     "its retention (the control-plane log group is not owned by the stack, so a retry never hits 'already exists')."
+)
+
+# The Images stack (infra/images.py): the NVRx image's CodeBuild project and its Provider-framework custom resource.
+IMAGE_BUILD = "NvrxImage"
+PROVIDER_REASON = (
+    "Role of aws-cdk-lib's custom-resource Provider framework (framework-onEvent/isComplete/onTimeout and its waiter "
+    "state machine) over the NVRx image build: the library writes these grants; it may invoke any version of the two "
+    "handler functions of this construct, and nothing else."
+)
+HANDLER_LOGS_REASON = (
+    "The NVRx image build's onEvent/isComplete handlers (infra/functions/image_build.py) write to their own log group "
+    "with AWSLambdaBasicExecutionRole, the policy aws-cdk-lib attaches to a Function's default role; every other "
+    "grant is on the project or the repository alone."
+)
+PROJECT_DEFAULTS_REASON = (
+    "aws-cdk-lib's codebuild.Project writes these grants for its role: read of the build context's S3 asset object "
+    "(Source.s3), the project's own /aws/codebuild/<project> log group and report groups named after it."
+)
+_IMAGE_BUILD_ACKS: tuple[Acknowledgment, ...] = (
+    Acknowledgment(
+        path=f"{IMAGE_BUILD}/Project",
+        rule="AwsSolutions::AwsSolutions-CB4",
+        reason=(
+            "The build has no artifacts (its output is the pushed image, encrypted at rest by ECR) and no cache; "
+            "CodeBuild encrypts the build environment with its AWS managed key. A customer key adds nothing kept."
+        ),
+    ),
+    Acknowledgment(
+        path=f"{IMAGE_BUILD}/Project/Role/DefaultPolicy",
+        rule=f"{IAM5}[Resource::*]",
+        reason=(
+            "ecr:GetAuthorizationToken (the login to the environment's registry and, for a private base, to the "
+            "DLC's), ecr-public:GetAuthorizationToken and sts:GetServiceBearerToken (the login to ECR Public for "
+            "the base) support no resource-level permissions (Service Authorization Reference); push and pull are "
+            "granted on the repositories alone."
+        ),
+    ),
+    *(
+        Acknowledgment(
+            path=f"{IMAGE_BUILD}/Project/Role/DefaultPolicy", rule=f"{IAM5}[{finding}]", reason=PROJECT_DEFAULTS_REASON
+        )
+        for finding in ("Action::s3:GetBucket*", "Action::s3:GetObject*", "Action::s3:List*")
+    ),
+    *(
+        Acknowledgment(
+            path=f"{IMAGE_BUILD}/Project/Role/DefaultPolicy",
+            rule=f"{IAM5}[Resource::{resource}]",
+            reason=PROJECT_DEFAULTS_REASON,
+        )
+        for region in sorted({env.region for env in ENVIRONMENTS.values() if env.gpu_node_groups})
+        for resource in (
+            f"arn:aws:codebuild:{region}:<AWS::AccountId>:report-group/<NvrxImageProjectE3181CEF>-*",
+            f"arn:aws:logs:{region}:<AWS::AccountId>:log-group:/aws/codebuild/<NvrxImageProjectE3181CEF>:*",
+        )
+    ),
+    *(
+        Acknowledgment(
+            path=f"{IMAGE_BUILD}/{function}/ServiceRole",
+            rule=_managed("service-role/AWSLambdaBasicExecutionRole"),
+            reason=HANDLER_LOGS_REASON if "/" not in function else PROVIDER_REASON,
+        )
+        for function in (
+            "OnEvent",
+            "IsComplete",
+            "Provider/framework-onEvent",
+            "Provider/framework-isComplete",
+            "Provider/framework-onTimeout",
+        )
+    ),
+    *(
+        Acknowledgment(
+            path=f"{IMAGE_BUILD}/Provider/framework-{function}/ServiceRole/DefaultPolicy",
+            rule=f"{IAM5}[Resource::<{handler}.Arn>:*]",
+            reason=PROVIDER_REASON,
+        )
+        for function in ("onEvent", "isComplete", "onTimeout")
+        for handler in ("NvrxImageOnEventA5F2EE60", "NvrxImageIsCompleteBFE4F6EA")
+    ),
+    *(
+        Acknowledgment(
+            path=f"{IMAGE_BUILD}/Provider/waiter-state-machine/Role/DefaultPolicy",
+            rule=f"{IAM5}[Resource::<{handler}.Arn>:*]",
+            reason=PROVIDER_REASON,
+        )
+        for handler in ("NvrxImageProviderframeworkisComplete2E602B76", "NvrxImageProviderframeworkonTimeoutE48E2E6C")
+    ),
+    Acknowledgment(
+        path=f"{IMAGE_BUILD}/Provider/waiter-state-machine/Role/DefaultPolicy",
+        rule=f"{IAM5}[Resource::*]",
+        reason=(
+            "The waiter's logging grants (logs:CreateLogDelivery, GetLogDelivery, UpdateLogDelivery, "
+            "DeleteLogDelivery, ListLogDeliveries, PutResourcePolicy, DescribeResourcePolicies, DescribeLogGroups) "
+            "support no resource-level permissions: Step Functions' CloudWatch Logs delivery requires '*' "
+            "(Step Functions developer guide, 'IAM policies for logging to CloudWatch Logs')."
+        ),
+    ),
+    Acknowledgment(
+        path=f"{IMAGE_BUILD}/Provider/waiter-state-machine",
+        rule="AwsSolutions::AwsSolutions-SF2",
+        reason=(
+            "The waiter is aws-cdk-lib's Provider-framework state machine, which offers no tracing option; it logs "
+            "every state transition (level ALL) and the build's own logs are linked from a failure."
+        ),
+    ),
 )
 
 ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
@@ -117,4 +223,5 @@ ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
             "permissions (Service Authorization Reference, Amazon FSx)."
         ),
     ),
+    *_IMAGE_BUILD_ACKS,
 )

@@ -1,5 +1,7 @@
 """One Stage per environment, split into stacks by blast radius; the stacks only wire constructs.
 
+    <env>/Images        the NVRx job's image: ECR repository, CodeBuild build of images/nvrx at deploy
+                        (<cluster>-images; depends on nothing: deploys first, or alone; infra/images.py)
     <env>/Platform      network, cluster, system nodes, core add-ons, device plugins (<cluster>-platform)
     <env>/Storage       FSx checkpoint file system and its security group (both retained), client rules, CSI driver,
                         StorageClass/PV/PVC (<cluster>-storage; only with checkpoint storage)
@@ -9,7 +11,7 @@
 A managed node group finishes creating only once its instances launch; a GPU shortage
 (InsufficientInstanceCapacity) fails it and rolls back its whole stack. In a stack of its own
 that rolls back one GPU group, never the VPC and cluster. Storage and every Gpu-<group> depend
-on Platform only, so each deploys alone after it (`cdk deploy 'prod/Gpu-p5'`).
+on Platform only, so each deploys alone after it (`cdk deploy 'prod/Gpu-p5'`); Images depends on nothing.
 
 Values cross stacks as construct attributes; nothing is exported by hand. cdk.json sets
 `@aws-cdk/core:defaultCrossStackReferences: weak`: a consumer reads a Platform output with
@@ -29,20 +31,38 @@ read `cluster.kubectlProvider.serviceToken` and depend on the cluster's KubectlR
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Stack, Stage, Tags
+from aws_cdk import CfnOutput, Fn, Stack, Stage, Tags
 from aws_cdk import Environment as CdkEnvironment
 from constructs import Construct
 
 from infra.addons.fsx_checkpoints import FsxCheckpointStorage
 from infra.addons.stack import ClusterAddOns
 from infra.cluster import EksCluster
+from infra.images import NvrxImageBuild
 from infra.monitoring import AlarmTopic, EnvironmentDashboard, GpuGroupAlarms
 from infra.network import Network
 from infra.nodegroups.efa import EfaNodeGroup
 from infra.nodegroups.system import SystemNodeGroup
 from infra.spec import Environment, GpuNodeGroupConfig
 from infra.spec.checkpoint_volumes import CLAIM_NAMESPACES
+from infra.spec.images import images_stack_name
 from infra.spec.replacement_names import gpu_nodegroup_name, system_nodegroup_name
+
+
+class ImagesStack(Stack):
+    """The environment's built images; reads nothing from another stack, so it deploys before Platform or alone."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, **kwargs: object) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        self.nvrx = NvrxImageBuild(self, "NvrxImage", environment=environment)
+        CfnOutput(self, "NvrxImageUri", value=self.nvrx.image_uri)
+        CfnOutput(self, "NvrxImageDigest", value=self.nvrx.digest)
+        CfnOutput(
+            self,
+            "PinCommand",
+            value=Fn.join("", [f"trainctl pin --built {environment.name} --account ", self.account]),
+            description="Pins the built image's digest in k8s/images.lock.json; commit it and run make synth.",
+        )
 
 
 class PlatformStack(Stack):
@@ -172,6 +192,18 @@ class PlatformStage(Stage):
         )
         self.environment = environment
         cluster_name = environment.cluster.name
+        # The NVRx job, the only user of a built image, exists where there are GPU groups (k8s/built_images.py).
+        self.images = (
+            ImagesStack(
+                self,
+                "Images",
+                environment=environment,
+                stack_name=images_stack_name(cluster_name),
+                description=f"EKS ML training platform, environment {environment.name}: the NVRx job's image",
+            )
+            if environment.gpu_node_groups
+            else None
+        )
         self.platform = PlatformStack(
             self,
             "Platform",
@@ -210,6 +242,7 @@ class PlatformStage(Stage):
 
     @property
     def stacks(self) -> list[Stack]:
-        """Every stack of the environment, in deploy order: Platform, Storage, then each GPU group."""
+        """Every stack of the environment, in deploy order: Images, Platform, Storage, then each GPU group."""
+        images: list[Stack] = [self.images] if self.images is not None else []
         rest: list[Stack] = [self.storage] if self.storage is not None else []
-        return [self.platform, *rest, *self.gpu.values()]
+        return [*images, self.platform, *rest, *self.gpu.values()]

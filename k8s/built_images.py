@@ -30,6 +30,15 @@ def built_reference(environment: Environment, account: str, tag: str | None = No
     return f"{registry(account, environment.region)}/{repository_name(environment.cluster.name)}:{tag or context_tag()}"
 
 
+def build_base(lock: ImageLock | None = None) -> str:
+    """The FROM of every build of images/nvrx/Dockerfile (its BASE build argument): the lock's nvrx-train reference,
+    with @digest when the lock pins one."""
+    from k8s.images import LOCK_PATH
+
+    base = (lock or ImageLock.load(LOCK_PATH)).get(NVRX_IMAGE)
+    return f"{base.reference}@{base.digest}" if base.digest else base.reference
+
+
 def built_runtime(base: ImageRuntime, pip: tuple[str, ...] = NvrxFsdpJob().pip) -> ImageRuntime:
     baked = {}
     for spec in pip:

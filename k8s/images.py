@@ -202,9 +202,11 @@ class UnbuiltImageError(UnpinnedImagesError):
         ImageLockError.__init__(
             self,
             f"image {name!r} is not in k8s/images.lock.json: the NVRx job of environment {environment} runs the image "
-            f"built for it from images/nvrx/Dockerfile. Build, push and pin it with `scripts/build_nvrx_image.sh "
-            f"{environment} ACCOUNT`, or pin one already pushed with `trainctl pin --built {environment} --account "
-            "ACCOUNT` (docs/deploy.md, 'The NVRx image'); then commit k8s/images.lock.json.",
+            "built for it from images/nvrx/Dockerfile. Build it in the account with "
+            f"`cdk deploy '{environment}/Images'` and pin it with `trainctl pin --built {environment} --account "
+            "ACCOUNT` (with Docker instead: "
+            f"`scripts/build_nvrx_image.sh {environment} ACCOUNT`; docs/deploy.md, 'The NVRx image'); then commit "
+            "k8s/images.lock.json.",
         )
         self.images = []
 

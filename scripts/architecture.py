@@ -9,7 +9,7 @@ PNG is rendered from it. Everything shown comes from infra/spec: the VPC and its
 (infra/spec/addressing.py `subnet_plan`, the CIDRs aws-cdk-lib allocates), NAT gateways, VPC
 endpoints (infra/spec/endpoints.py), the cluster, the system node group, each GPU node group with
 its EFA interface count, FSx checkpoint storage, the add-ons and their pinned versions, the
-CloudFormation stacks (infra/stage.py: Platform, Storage, Gpu-<group>) as fill colours, and where
+CloudFormation stacks (infra/stage.py: Images, Platform, Storage, Gpu-<group>) as fill colours, and where
 the Ray head, Ray workers and NVRx pods run (infra/spec/scheduling.py selectors, k8s/ray_spec.py).
 Output is deterministic: no clock, no lookups, spec order or sorted.
 """
@@ -40,6 +40,7 @@ REFRESH = "make docs  (or: python scripts/architecture.py --png)"
 # Fill colours: one per CloudFormation stack kind, and one for what cdk8s emits.
 PLATFORM_COLOUR = "#dbe9f6"
 STORAGE_COLOUR = "#fde0c5"
+IMAGES_COLOUR = "#e8e8e8"
 GPU_COLOURS = ("#d5efcf", "#fff3b0", "#f3d1e6", "#d9d2f0")
 WORKLOAD_COLOUR = "#ffffff"
 
@@ -65,7 +66,8 @@ def _cluster_id(*parts: str) -> str:
 def stacks(env: Environment) -> dict[str, str]:
     """Stack construct id -> CloudFormation stack name, in deploy order (infra/stage.py PlatformStage)."""
     name = env.cluster.name
-    found = {"Platform": f"{name}-platform"}
+    found = {"Images": f"{name}-images"} if env.gpu_node_groups else {}
+    found["Platform"] = f"{name}-platform"
     if env.add_ons.checkpoint_storage is not None:
         found["Storage"] = f"{name}-storage"
     for group in env.gpu_node_groups:
@@ -297,7 +299,10 @@ def architecture_dot(env: Environment) -> str:
 
 def _legend(env: Environment, stack_names: dict[str, str]) -> list[str]:
     """One table node at the bottom: fill colour = CloudFormation stack."""
-    entries: list[tuple[str, str, str]] = [("Platform", stack_names["Platform"], PLATFORM_COLOUR)]
+    entries: list[tuple[str, str, str]] = []
+    if "Images" in stack_names:
+        entries.append(("Images", f"{stack_names['Images']}: ECR + CodeBuild (NVRx image)", IMAGES_COLOUR))
+    entries.append(("Platform", stack_names["Platform"], PLATFORM_COLOUR))
     if "Storage" in stack_names:
         entries.append(("Storage", stack_names["Storage"], STORAGE_COLOUR))
     for group in env.gpu_node_groups:

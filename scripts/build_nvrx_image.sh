@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build images/nvrx/Dockerfile, push it to the environment's ECR repository and pin it in k8s/images.lock.json as
-# nvrx-train-ENV, the image the NVRx job of ENV runs (k8s/built_images.py).
+# nvrx-train-ENV, the image the NVRx job of ENV runs (k8s/built_images.py). The default path needs no Docker:
+# `cdk deploy 'ENV/Images'` builds the same image in the account (infra/images.py); this script is the alternative
+# for a machine with Docker.
 #
 #   scripts/build_nvrx_image.sh ENV ACCOUNT
 #
@@ -29,7 +31,7 @@ region=$(echo "$registry" | cut -d. -f4)
 repository=${image#*/}
 repository=${repository%%:*}
 
-locked=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["images"]["nvrx-train"]; print(i["reference"] + ("@" + i["digest"] if i["digest"] else ""))' "$lock")
+locked=$(python3 -c 'from k8s.built_images import build_base; print(build_base())')
 base=${BASE:-$locked}
 
 echo "building $image FROM $base"

@@ -39,6 +39,8 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("training.fabric_gate", "infra.spec.errors"): "judge mode only (an operator's machine, lazily imported): the "
     "offline judge reads the floors where the platform keeps them; the pods never take that path",
     ("training.fabric_gate", "infra.spec.fabric_floors"): "judge mode only, as above",
+    ("infra.images", "k8s.built_images"): "the image build's FROM is the lock's nvrx-train (with its digest), which "
+    "k8s/built_images.py reads for every build of images/nvrx (the CodeBuild project and scripts/build_nvrx_image.sh)",
     ("trainctl.commands.plan", "infra.stage"): "trainctl plan synthesizes the app in-process to compare it with the "
     "committed template snapshots",
     ("trainctl.template_plan", "gates.outputs"): "the plan resolves Platform outputs the way the templates gate does",

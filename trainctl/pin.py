@@ -393,7 +393,8 @@ def pin_built(path: Path, env: Environment, account: str, ecr: Any) -> PinReport
             ImageResult(
                 name, reference, Status.ERROR, old.digest if old else None, None, None, "ecr",
                 f"ecr:DescribeImages {repository}:{tag} in {env.region} failed: {type(exc).__name__}: {exc}; "
-                f"build and push it first (scripts/build_nvrx_image.sh {env.name} {account})",
+                f"build and push it first: `cdk deploy '{env.name}/Images'` (or, with Docker, "
+                f"scripts/build_nvrx_image.sh {env.name} {account})",
             )
         )  # fmt: skip
         return report

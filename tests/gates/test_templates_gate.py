@@ -14,8 +14,8 @@ from gates.templates import check_template
 
 def test_synthesized_templates_pass(cdk_out: Path, stages: dict[str, Any]) -> None:
     found = outputs.templates(cdk_out)
-    # dev: Platform, Storage, Gpu-g6; prod: Platform, Storage, Gpu-p5, Gpu-g6.
-    assert len(found) == 7
+    # dev: Images, Platform, Storage, Gpu-g6; prod: Images, Platform, Storage, Gpu-p5, Gpu-g6.
+    assert len(found) == 9
     for name, template in found.items():
         assert check_template(name, template) == []
 

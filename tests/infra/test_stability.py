@@ -34,8 +34,14 @@ STATEFUL_LOGICAL_IDS = {
 # Stacks per environment (construct id -> stack name): what `cdk deploy '<env>/<id>'` names.
 STACKS = {
     # dev has checkpoint storage too (issue 17: every multi-pod job needs a directory all its pods see).
-    "dev": {"Platform": "ml-dev-platform", "Storage": "ml-dev-storage", "Gpu-g6": "ml-dev-gpu-g6"},
+    "dev": {
+        "Images": "ml-dev-images",
+        "Platform": "ml-dev-platform",
+        "Storage": "ml-dev-storage",
+        "Gpu-g6": "ml-dev-gpu-g6",
+    },
     "prod": {
+        "Images": "ml-prod-images",
         "Platform": "ml-prod-platform",
         "Storage": "ml-prod-storage",
         "Gpu-p5": "ml-prod-gpu-p5",
@@ -53,11 +59,13 @@ def test_stacks_per_environment(stages: dict[str, Any], env_name: str) -> None:
 
 def test_each_stack_but_platform_depends_on_platform_alone(stages: dict[str, Any], env_name: str) -> None:
     # Storage and every Gpu-<group> deploy alone after Platform; a GPU stack never waits for
-    # (or rolls back with) Storage or another GPU group.
+    # (or rolls back with) Storage or another GPU group. Images depends on nothing (it deploys first, or alone).
     stage = stages[env_name]
     assert stage.platform.dependencies == []
-    for stack in stage.stacks[1:]:
-        assert [d.node.id for d in stack.dependencies] == ["Platform"], stack.node.id
+    assert stage.images.dependencies == []
+    for stack in stage.stacks:
+        if stack not in (stage.images, stage.platform):
+            assert [d.node.id for d in stack.dependencies] == ["Platform"], stack.node.id
 
 
 def test_stateful_logical_ids_are_pinned(stack_templates: dict[str, dict[str, Any]], env_name: str) -> None:

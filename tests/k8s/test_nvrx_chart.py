@@ -451,6 +451,7 @@ def test_prod_refuses_the_start_install() -> None:
     message = str(err.value)
     assert message.startswith("nvrx.start_install=True is invalid; allowed: False. Fix: environment prod runs")
     assert "scripts/build_nvrx_image.sh prod ACCOUNT" in message
+    assert "`cdk deploy 'prod/Images'`" in message
     assert "trainctl pin --built prod --account ACCOUNT" in message
 
 
@@ -458,6 +459,7 @@ def test_synth_without_the_built_image_says_how_to_build_and_pin_it(tmp_path: Pa
     from k8s.images import UnpinnedImagesError
     from k8s.main import synth_all
 
-    with pytest.raises(UnpinnedImagesError, match=r"nvrx-train-dev.*scripts/build_nvrx_image.sh dev"):
+    built = r"nvrx-train-dev.*cdk deploy 'dev/Images'.*scripts/build_nvrx_image.sh dev"
+    with pytest.raises(UnpinnedImagesError, match=built):
         synth_all(tmp_path, ImageLock.load().with_digest(NVRX_IMAGE, DIGEST).with_digest("ray-train", DIGEST))
     assert (tmp_path / "dev" / "namespaces.k8s.yaml").exists()

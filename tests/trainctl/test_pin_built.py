@@ -75,6 +75,7 @@ def test_a_tag_not_pushed_yet_writes_nothing_and_says_how_to_build(moto: MotoSer
     _push(_ecr(moto), "nvrx-000000000000")  # another Dockerfile's tag
     report = pin_built(lock_path, PROD, ACCOUNT, _ecr(moto))
     assert report.exit_code is ExitCode.ERROR
+    assert "`cdk deploy 'prod/Images'`" in str(report.images[0].error)
     assert "scripts/build_nvrx_image.sh prod 123456789012" in str(report.images[0].error)
     assert lock_path.read_bytes() == LOCK_PATH.read_bytes()
 
