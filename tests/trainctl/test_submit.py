@@ -437,14 +437,19 @@ def test_upload_script_with_a_truncated_archive_fails(workdir: Path, tmp_path: P
 def test_exec_reports_silence_and_keeps_the_stream_alive(kube: FakeKube, kubeconfig: Path) -> None:
     """A quiet job: the idle callback says it is still waiting, and pings keep load balancers from cutting it."""
 
+    idle: list[tuple[float, float]] = []
+
     def quiet(session: ExecSession) -> int:
-        time.sleep(1.2)
+        # Silent until the client has both reported the silence and pinged (at most 10 s: on a loaded machine a fixed
+        # 1.2 s was sometimes too short for the 0.2 s timers), then done.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (idle and kube.execs and kube.execs[0].pings >= 1):
+            time.sleep(0.05)
         session.stdout("done\n")
         return 3
 
     kube.add_pod(HEAD, labels=HEAD_LABELS)
     kube.on_exec(["sleep"], quiet)
-    idle: list[tuple[float, float]] = []
     api = api_client_from_kubeconfig(kubeconfig, None)
     try:
         pod = find_head_pod(api, "ray", "training", timeout=5)
