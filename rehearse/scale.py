@@ -2,7 +2,8 @@
 set (a Hugging Face hub id as the value of a model or data flag, an http(s) URL outside the cluster) is
 refused before anything runs unless `--substitute REF=LOCAL_PATH` names a local copy; and the project's own
 workloads (training.nvrx_fsdp, training.ray_finetune) get a rehearsal scale, `--scale small`: the tiny Qwen2
-of rehearse/tiny_model.py built locally, a few steps, small batches and sequences, as tests/rehearse does.
+of rehearse/tiny_model.py built locally, a few steps, small batches and sequences, as tests/rehearse does; the
+fabric probe (training.fabric_probe) a short sweep.
 Every rewrite is reported.
 """
 
@@ -35,9 +36,16 @@ _URL = re.compile(r"https?://(?P<host>[^\s/:'\"]+)[^\s'\"]*")
 CLUSTER_SUFFIXES = (".svc", ".svc.cluster.local", ".cluster.local")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0")
 
-# The project's own workloads and the flags `--scale small` sets (tests/rehearse/test_workloads.py's sizes).
-KNOWN_WORKLOADS = ("training.nvrx_fsdp", "training.ray_finetune")
+# The project's own workloads and the flags `--scale small` sets (tests/rehearse/test_workloads.py's sizes); the
+# fabric probe's sweep ends at 16 MiB and times 5 iterations (at 1 GiB, 8 CPU ranks on gloo take minutes and memory
+# a rank can be killed for). Its floor stays the chart's: on CPU the verdict is FAIL (not EFA) at any size.
 SMALL = {"--steps": "6", "--batch-size": "2", "--seq-len": "32", "--ckpt-every": "2", "--num-workers": "2"}
+SMALL_BY_WORKLOAD: dict[str, dict[str, str]] = {
+    "training.nvrx_fsdp": SMALL,
+    "training.ray_finetune": SMALL,
+    "training.fabric_probe": {"--max-bytes": str(16 << 20), "--iters": "5"},
+}
+KNOWN_WORKLOADS = tuple(SMALL_BY_WORKLOAD)
 SCALES = ("full", "small")
 
 
@@ -113,14 +121,16 @@ def scale_small(obj: dict[str, Any], model: Path) -> list[str]:
     """Rewrites the flags of the project's own workloads in `obj` to the small rehearsal scale; what it did."""
     done = []
     for text in texts(obj):
-        if not any(w in text.value for w in KNOWN_WORKLOADS):
+        small = {f: v for w, flags in SMALL_BY_WORKLOAD.items() if w in text.value for f, v in flags.items()}
+        if not small:
             continue
-        new = _set_flag(text.value, "--model", str(model))
-        for flag, value in SMALL.items():
+        wanted = {"--model": str(model), **small}
+        new = text.value
+        for flag, value in wanted.items():
             new = _set_flag(new, flag, value)
         if new != text.value:
             text.set(new)
-            flags = ", ".join(f"{f} {v}" for f, v in {"--model": str(model), **SMALL}.items() if f in text.value)
+            flags = ", ".join(f"{f} {v}" for f, v in wanted.items() if f in text.value)
             done.append(f"{text.where}: --scale small set {flags}")
     return done
 

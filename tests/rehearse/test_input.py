@@ -350,6 +350,21 @@ def test_scale_small_rewrites_the_projects_own_flags_and_says_so(dist: Path, tmp
     assert any("--scale small set --model" in n for n in admission.notes)
 
 
+def test_scale_small_shrinks_the_fabric_jobs_sweep(dist: Path, tmp_path: Path) -> None:
+    # Seen at full size in `trainctl rehearse --env dev --scale small dist/dev/*.yaml`: the 1 GiB gloo sweep on 8 CPU
+    # ranks ran for minutes and a rank was SIGKILLed before the (correct) verdict that NCCL is not on EFA.
+    from rehearse.admission import admit
+
+    loaded = load([dist / "dev" / "training-code.k8s.yaml", dist / "dev" / "fabric-check.k8s.yaml"])
+    admission = admit(loaded.objects, loaded.sources, small_model=tmp_path / "tiny")
+    (job_obj,) = [o for o in admission.objects if o["kind"] == "Job"]
+    script = " ".join(job_obj["spec"]["template"]["spec"]["containers"][0]["command"])
+    assert "--max-bytes 16777216" in script
+    assert "--iters 5" in script
+    assert "--floor-gbps 2.5" in script  # the verdict's floor stays the chart's
+    assert any("--scale small set --max-bytes 16777216, --iters 5" in n for n in admission.notes), admission.notes
+
+
 def test_skip_unsupported_skips_a_workload_with_a_field_it_does_not_emulate(tmp_path: Path) -> None:
     from rehearse.admission import admit
 
