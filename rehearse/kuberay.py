@@ -406,11 +406,14 @@ class RayJobController:
             self.services: list[dict[str, Any]] = []
             self.notes: list[str] = [f"runs on RayCluster/{wanted} of this run (clusterSelector)"]
             return
-        self.cluster = RayClusterPods(
-            f"{self.name}-{random_suffix()}", self.namespace, spec["rayClusterSpec"], f"RayJob/{self.name}"
-        )
+        self.cluster = self._new_cluster([])
         self.services = self.cluster.services()
         self.notes = self.cluster.notes
+
+    def _new_cluster(self, notes: list[str]) -> RayClusterPods:
+        """The RayJob's own cluster, named as KubeRay names each attempt's (utils.GenerateRayClusterName)."""
+        name = f"{self.name}-{random_suffix()}"
+        return RayClusterPods(name, self.namespace, self.spec["rayClusterSpec"], f"RayJob/{self.name}", notes=notes)
 
     @property
     def head(self) -> Pod | None:
@@ -446,14 +449,14 @@ class RayJobController:
             f"Retrying at {api.now() - self.started:.1f} s of its attempt: failed {self.failed} of backoffLimit "
             f"{limit} + 1 ({message}); a new RayCluster and Ray job id follow"
         )
-        if self.submitter is not None:
-            for pod in self.submitter.active:
-                pod.deleted_by_controller = True
-                api.kill(pod)
-        if self.selected is None:
-            for pod in self.cluster_pods:
-                pod.deleted_by_controller = True
-                api.kill(pod)
+        self._delete_attempt(api)
+
+    def _delete_attempt(self, api: PodAPI) -> None:
+        """Deletes the attempt's submitter pods and its own cluster's pods (none with clusterSelector)."""
+        active = self.submitter.active if self.submitter is not None else []
+        for pod in [*active, *self.cluster_pods]:
+            pod.deleted_by_controller = True
+            api.kill(pod)
 
     def _after_retry(self, api: PodAPI) -> None:
         """Retrying -> New -> Initializing once the old cluster's and submitter's pods are gone."""
@@ -465,9 +468,7 @@ class RayJobController:
         if self.selected is not None:
             self.deployment_status = "Initializing"
             return
-        self.cluster = RayClusterPods(
-            f"{self.name}-{random_suffix()}", self.namespace, self.spec["rayClusterSpec"], f"RayJob/{self.name}"
-        )
+        self.cluster = self._new_cluster(self.notes)
         for service in self.cluster.services():
             self.services.append(service)
             api.add_service(service)
@@ -560,14 +561,8 @@ class RayJobController:
             self._retry(api, message)
             return
         self.deployment_status, self.message, self.finished = deployment, message, api.now()
-        if self.submitter is not None:
-            for pod in self.submitter.active:
-                pod.deleted_by_controller = True
-                api.kill(pod)
+        self._delete_attempt(api)
         self.notes.append(cleanup_after_finish(self.spec, self.job_status, deployment))
-        for pod in self.cluster_pods:
-            pod.deleted_by_controller = True
-            api.kill(pod)
 
     def tick(self, api: PodAPI) -> None:
         if self.deployment_status == "Retrying":

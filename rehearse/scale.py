@@ -45,7 +45,6 @@ SMALL_BY_WORKLOAD: dict[str, dict[str, str]] = {
     "training.ray_finetune": SMALL,
     "training.fabric_probe": {"--max-bytes": str(16 << 20), "--iters": "5"},
 }
-KNOWN_WORKLOADS = tuple(SMALL_BY_WORKLOAD)
 SCALES = ("full", "small")
 
 
