@@ -19,6 +19,7 @@ import boto3
 import pytest
 
 from infra.functions import image_build
+from tests.ecr_images import push_manifest
 from tests.trainctl.fake_aws import LoopbackStub, MotoServer, Reply
 
 REGION = "us-east-2"
@@ -77,18 +78,7 @@ def _client(service: str, moto: MotoServer) -> Any:
 
 def _push(moto: MotoServer, tag: str = TAG) -> str:
     """What the build's `docker push` leaves in the repository: a manifest under the tag."""
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": {
-            "mediaType": "application/vnd.docker.container.image.v1+json",
-            "size": 2,
-            "digest": "sha256:" + "1" * 64,
-        },
-        "layers": [],
-    }
-    answer = _client("ecr", moto).put_image(repositoryName=REPOSITORY, imageManifest=json.dumps(manifest), imageTag=tag)
-    return str(answer["image"]["imageId"]["imageDigest"])
+    return push_manifest(_client("ecr", moto), REPOSITORY, tag)
 
 
 def _event(request: str, *, old: dict[str, str] | None = None, physical: str | None = None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rehearse import RehearsalError
-from rehearse.fake import FakeRuntime, Script, rehearse_fake
+from rehearse.fake import Dashboard, FakeRuntime, Script, rehearse_fake
 from rehearse.pods import Pod
 
 NS = "t"
@@ -160,13 +160,10 @@ def test_the_cluster_cleanup_kuberay_would_do_is_reported(spec: dict[str, Any], 
     assert any(expected in n for n in w.notes), w.notes
 
 
-def runtime_failing_first(failures: int, *, ready_at: float = 0) -> tuple[FakeRuntime, list[str]]:
-    """A fake runtime whose dashboards answer FAILED for the first `failures` Ray job ids submitted, SUCCEEDED after;
-    the job ids asked about, in order, come back in the list."""
-    runtime = runtime_with_ray(ready_at)
+def failing_first(nodes: Dashboard, failures: int) -> tuple[Dashboard, list[str]]:
+    """A dashboard that answers `nodes` for the node check, and FAILED for the first `failures` Ray job ids
+    submitted, SUCCEEDED after; the job ids asked about, in order, come back in the list."""
     asked: list[str] = []
-    nodes = runtime.dashboard
-    assert nodes is not None
 
     def answer(head: Pod, path: str, now: float) -> dict[str, Any] | None:
         if not path.startswith("api/jobs/"):
@@ -177,7 +174,13 @@ def runtime_failing_first(failures: int, *, ready_at: float = 0) -> tuple[FakeRu
         failed = asked.index(job_id) < failures
         return {"status": "FAILED" if failed else "SUCCEEDED", "message": "exit 75" if failed else ""}
 
-    runtime.dashboard = answer
+    return answer, asked
+
+
+def runtime_failing_first(failures: int, *, ready_at: float = 0) -> tuple[FakeRuntime, list[str]]:
+    runtime = runtime_with_ray(ready_at)
+    assert runtime.dashboard is not None
+    runtime.dashboard, asked = failing_first(runtime.dashboard, failures)
     return runtime, asked
 
 

@@ -13,6 +13,7 @@ import pytest
 from infra.spec import ENVIRONMENTS
 from infra.spec.images import context_tag
 from k8s.images import LOCK_PATH, ImageLock
+from tests.ecr_images import push_manifest
 from tests.trainctl.fake_aws import MotoServer
 from tests.trainctl.test_flags import KNOWN
 from trainctl.cli import main
@@ -37,20 +38,7 @@ def moto_reset(ecr: object) -> None:
 def _push(ecr: object, tag: str) -> str:
     moto_reset(ecr)
     ecr.create_repository(repositoryName="ml-prod/nvrx-train")  # type: ignore[attr-defined]
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": {
-            "mediaType": "application/vnd.docker.container.image.v1+json",
-            "size": 2,
-            "digest": "sha256:" + "1" * 64,
-        },
-        "layers": [],
-    }
-    answer = ecr.put_image(  # type: ignore[attr-defined]
-        repositoryName="ml-prod/nvrx-train", imageManifest=json.dumps(manifest), imageTag=tag
-    )
-    return str(answer["image"]["imageId"]["imageDigest"])
+    return push_manifest(ecr, "ml-prod/nvrx-train", tag)
 
 
 def test_the_built_image_is_pinned_from_describe_images(moto: MotoServer, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from rehearse.fake import FakeRuntime, Script
 from rehearse.loop import drive, prepare
 from rehearse.options import Options
 from rehearse.pods import Pod
+from tests.rehearse.test_kuberay_controllers import failing_first
 
 NS = "training"
 GPU_POD = {
@@ -198,17 +199,7 @@ def test_a_retried_ray_job_keeps_its_admission_and_is_pods_ready_again_on_its_ne
     # (rayClusterStatus.state == ready) drops while the old cluster is deleted and recovers on the new one.
     (job,) = [o for o in load_manifests(sorted((dist / "dev").glob("*.yaml"))) if o["kind"] == "RayJob"]
     runtime = FakeRuntime()  # Ray pods run until deleted; the submitter ends after 1 s
-    nodes = ray_dashboard(runtime.pods)
-    asked: list[str] = []
-
-    def answer(head: Pod, path: str, now: float) -> dict[str, Any] | None:
-        if not path.startswith("api/jobs/"):
-            return nodes(head, path, now)
-        job_id = path.removeprefix("api/jobs/")
-        asked.extend([job_id] if job_id not in asked else [])
-        return {"status": "FAILED" if asked.index(job_id) == 0 else "SUCCEEDED", "message": ""}
-
-    runtime.dashboard = answer
+    runtime.dashboard, _ = failing_first(ray_dashboard(runtime.pods), 1)
     result = rehearse([job], runtime, gpu_nodes={"g6": 2}, timeout_s=6000)
     ray_job = result.workload("qwen-finetune")
     assert (ray_job.state, ray_job.status["failed"], ray_job.status["succeeded"]) == ("Complete", "1", "1")

@@ -60,48 +60,52 @@ def nodes_by_alias(result: Rehearsal) -> dict[str, dict[str, Any]]:
     return {n["alias"]: n for n in result.cluster["nodes"]}
 
 
-def test_losing_pod_1s_node_evicts_it_uncounted_and_the_job_completes_on_the_spare_node(
-    tmp_path: Path, tiny_model: Path, lock: ImageLock
-) -> None:
-    result = lose_node_under(tmp_path, tiny_model, lock, "g6-1")
+def completed_after_the_loss(result: Rehearsal, alias: str) -> tuple[Any, dict[str, dict[str, Any]], str]:
+    """The job completed, the node stayed lost, and Kueue never requeued it (recovered within its recoveryTimeout,
+    31 min): the job's outcome, the nodes by alias and the trainers' logs."""
     nvrx = result.workload("nvrx-fsdp")
     logs = trainer_logs(result)
     assert nvrx.state == "Complete", f"{nvrx.state} {nvrx.message} {result.notes}\n{logs}"
     nodes = nodes_by_alias(result)
-    assert nodes["g6-1"]["ready"] is False
+    assert nodes[alias]["ready"] is False
+    assert nvrx.admission is not None
+    assert nvrx.admission["requeues"] == []
+    return nvrx, nodes, logs
+
+
+def evicted_after_the_toleration(result: Rehearsal, pod: Any) -> None:
+    """Evicted 50 + 300 cluster seconds after the loss (its processes had died at the loss), with DisruptionTarget."""
+    assert pod.conditions == [TAINT_EVICTION]
+    assert pod.end_s is not None
+    assert pod.end_s - loss_time(result, pod.name) == pytest.approx(350, abs=5)
+
+
+def test_losing_pod_1s_node_evicts_it_uncounted_and_the_job_completes_on_the_spare_node(
+    tmp_path: Path, tiny_model: Path, lock: ImageLock
+) -> None:
+    result = lose_node_under(tmp_path, tiny_model, lock, "g6-1")
+    nvrx, nodes, logs = completed_after_the_loss(result, "g6-1")
     assert [(p.hostname, p.node) for p in nvrx.pods[:2]] == [
         ("nvrx-fsdp-0", nodes["g6-0"]["name"]),
         ("nvrx-fsdp-1", nodes["g6-1"]["name"]),
     ], logs
     lost, replacement = nvrx.pods[1], nvrx.pods[2]
-    assert lost.conditions == [TAINT_EVICTION]
-    # Evicted 50 + 300 cluster seconds after the loss (its processes had died at the loss).
-    assert lost.end_s is not None
-    assert lost.end_s - loss_time(result, lost.name) == pytest.approx(350, abs=5)
+    evicted_after_the_toleration(result, lost)
     assert (replacement.hostname, replacement.node) == ("nvrx-fsdp-1", nodes["g6-2"]["name"])
     assert counted(nvrx.pods) == []
-    assert nvrx.admission is not None
-    assert nvrx.admission["requeues"] == []  # recovered within Kueue's recoveryTimeout (31 min)
 
 
 def test_losing_pod_0s_node_costs_one_counted_failure_and_the_job_completes_on_the_spare_node(
     tmp_path: Path, tiny_model: Path, lock: ImageLock
 ) -> None:
     result = lose_node_under(tmp_path, tiny_model, lock, "g6-0")
-    nvrx = result.workload("nvrx-fsdp")
-    logs = trainer_logs(result)
-    assert nvrx.state == "Complete", f"{nvrx.state} {nvrx.message} {result.notes}\n{logs}"
-    nodes = nodes_by_alias(result)
-    assert nodes["g6-0"]["ready"] is False
+    nvrx, nodes, logs = completed_after_the_loss(result, "g6-0")
     lost = nvrx.pods[0]
-    assert (lost.hostname, lost.node, lost.conditions) == ("nvrx-fsdp-0", nodes["g6-0"]["name"], [TAINT_EVICTION])
-    assert lost.end_s is not None
-    assert lost.end_s - loss_time(result, lost.name) == pytest.approx(350, abs=5)
+    assert (lost.hostname, lost.node) == ("nvrx-fsdp-0", nodes["g6-0"]["name"])
+    evicted_after_the_toleration(result, lost)
     # Pod 0 hosted the c10d store: pod 1's launcher failed on a healthy node, which the Job counts; the Job's
     # backoffLimit ((nodes - 1) x 2) absorbs it.
     (failed,) = counted(nvrx.pods)
     assert failed.hostname == "nvrx-fsdp-1", logs
     replacements = [p for p in nvrx.pods if p.hostname == "nvrx-fsdp-0"][1:]
     assert [p.node for p in replacements] == [nodes["g6-2"]["name"]], [(p.name, p.node) for p in nvrx.pods]
-    assert nvrx.admission is not None
-    assert nvrx.admission["requeues"] == []
