@@ -65,6 +65,8 @@ TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 NOT_RETRIED = ("DeadlineExceeded", "JobStatusCheckTimeoutExceeded")
 # What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
 SUBMITTER_BACKOFF_LIMIT = 2
+# KubeRay replaces an ended RayCluster pod without limit; the rehearsal reports a cluster that needed more.
+MAX_REPLACED_PODS = 5
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -272,6 +274,8 @@ class RayClusterController:
     ready: bool = False
     long_lived: bool = True
     conditions: list[dict[str, str]] = field(default_factory=list)
+    # Pods replaced after they ended (on_pod_end).
+    replaced: int = 0
     _last_probe: float = 0.0
 
     def __post_init__(self) -> None:
@@ -298,8 +302,32 @@ class RayClusterController:
         self.pods += [api.start(plan) for plan in self.cluster.plans()]
 
     def on_pod_end(self, api: PodAPI, pod: Pod) -> None:
-        if self.finished is None and not pod.deleted_by_controller:
-            self._end(api, "Failed", f"pod {pod.name} ended with exit codes {pod.exit_codes}")
+        """A pod that ended (Failed or Succeeded: its containers restart in place until then) is replaced, as
+        reconcilePods does with shouldDeletePod: deleted, then a head created when there is none (a standalone
+        cluster; shouldSkipHeadPodRestart is only for a RayJob's) and workers up to the group's replicas."""
+        if self.finished is not None or pod.deleted_by_controller:
+            return
+        node_type = pod.plan.labels.get("ray.io/node-type", "")
+        what = f"{node_type} pod {pod.name} ended ({pod.phase}, exit codes {pod.exit_codes})"
+        if self.replaced >= MAX_REPLACED_PODS:
+            self._end(
+                api,
+                "Failed",
+                f"{what} after {self.replaced} pods of the cluster were replaced; KubeRay would keep replacing it, "
+                "the rehearsal stops here",
+            )
+            return
+        self.replaced += 1
+        spec = self.obj["spec"]
+        group_name = pod.plan.labels.get("ray.io/group")
+        group = (
+            spec["headGroupSpec"]
+            if node_type == "head"
+            else next(g for g in spec.get("workerGroupSpecs", []) if g["groupName"] == group_name)
+        )
+        replacement = api.start(self.cluster.plan(node_type, group))
+        self.pods.append(replacement)
+        self.notes.append(f"{what}: deleted and {replacement.name} created, as KubeRay's reconcilePods does")
 
     def _end(self, api: PodAPI, status: str, message: str) -> None:
         self.status, self.message, self.finished = status, message, api.now()

@@ -5,10 +5,10 @@ and started when admitted; evictions it asks for suspend their workloads; `--kil
 their pods (DisruptionTarget); ended pods go to their controller; Pending pods are offered to the
 `Placement` seam again; every controller ticks (replacements, deadlines, probes).
 
-When the run ends: when every finite workload (Job, RayJob, a Pod that ends) is done. Long-lived
-workloads (a RayCluster, a Pod with restartPolicy Always) have no end of their own, so they run until then
-and are stopped with the state they reached (a RayCluster that became Ready is reported Ready). In a run of
-only long-lived workloads the run ends once each is Ready (or has failed). `--timeout` ends it earlier.
+When the run ends: when every finite workload (Job, RayJob) is done and every long-lived one (a RayCluster:
+no end of its own) is Ready or has failed; the long-lived ones are then stopped with the state they reached (a
+RayCluster that became Ready is reported Ready). `--timeout` ends it earlier, a long-lived workload not yet
+Ready then reported NotReady.
 """
 
 from __future__ import annotations
@@ -180,14 +180,19 @@ def drive(
             admission.pod_ended(ref(c), pod)
 
     def run_ended() -> bool:
-        if finite:
-            return all(c.done for c in finite)
-        return all(c.done or bool(getattr(c, "ready", False)) for c in controllers)
+        # A long-lived workload still coming up (a RayCluster whose head the kubelet restarts in place) is waited
+        # for: stopping it when the finite ones end would report NotReady what KubeRay brings to Ready.
+        return all(c.done for c in finite) and all(
+            c.done or bool(getattr(c, "ready", False)) for c in controllers if c.long_lived
+        )
 
     while True:
         elapsed = clock.now() - started
         if elapsed > options.timeout_s:
             notes.append(f"timed out after {options.timeout_s:g} s; running pods were killed")
+            for c in controllers:
+                if c.long_lived and not c.done and id(c) in admitted:
+                    c.stop(api, f"the run timed out after {options.timeout_s:g} s")
             break
         for c in controllers:
             if id(c) in admitted or c.done:
@@ -362,6 +367,8 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         node_addresses=options.node_addresses,
         api=options.api,
         image_python=options.image_python,
+        # Containers restart in wall time: a cluster clock running `factor` times faster shortens the back-off.
+        container_backoff_s=options.backoff_base_s / float(getattr(options.clock, "factor", 1.0)),
     )
     try:
         if options.api is not None:

@@ -10,8 +10,13 @@ and does, inside the new namespaces, what the kubelet and the container runtime 
    read-only where asked, and its own /etc/hosts, /etc/hostname and /etc/resolv.conf;
 2. tells the runtime it is ready (so the runtime can plug a veth into this network namespace) and
    waits for the go-ahead, then brings up `lo` and `eth0` with the pod address and a default route;
-3. sets the hostname, runs the init containers in order, then the containers; with
-   restartPolicy OnFailure a failed container is started again in the same pod (restarts counted);
+3. sets the hostname, runs the init containers in order, then the containers, restarting them in the same
+   pod as the kubelet does (Kubernetes 1.36 docs concepts/workloads/pods/pod-lifecycle #restart-policy,
+   #container-restarts; init-containers): restartPolicy Always (the default) restarts a main container
+   whenever it exits, OnFailure only after a non-zero exit, Never not at all; an init container that fails is
+   run again unless the policy is Never. Each restart waits the kubelet's back-off (`restart_backoff_s`
+   doubling, capped at 30 times it: 10 s to 300 s on a node; reset once a container has run 60 times it,
+   the kubelet's 10 minutes), restarts counted; the pod stays Running meanwhile;
    an init container with `restartPolicy: Always` is a native sidecar (Kubernetes 1.36 docs
    concepts/workloads/pods/sidecar-containers): started in its turn and left running, restarted when it
    exits, stopped (SIGTERM, SIGKILL after terminationGracePeriodSeconds) in reverse order once every main
@@ -178,6 +183,9 @@ class Container:
         self.message_fd = message_fd
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        self.launched_at = 0.0
+        # Consecutive restarts without a run long enough to reset the kubelet's back-off.
+        self.crash_streak = 0
         # A mount source must be in the mounting process's own namespace: the message file is bound here in
         # the pod's namespace first (stage_message), and from this path into each container's.
         self.staged_message = f"{MESSAGE_STAGE}/{self.name}"
@@ -250,6 +258,7 @@ class Pod:
     def launch(self, c: Container) -> bool:
         """Starts `c` and records it running, or records its StartError (exit code 128, as the kubelet does)."""
         error = c.start()
+        c.launched_at = time.monotonic()
         entry: dict[str, Any] = {
             "exit_code": None,
             "restarts": c.restarts,
@@ -280,7 +289,14 @@ class Pod:
         """
         while True:
             flags = os.WEXITED | os.WNOWAIT | (os.WNOHANG if deadline is not None else 0)
-            info = os.waitid(os.P_ALL, 0, flags)
+            try:
+                info = os.waitid(os.P_ALL, 0, flags)
+            except ChildProcessError:
+                # Nothing running (every container waits for its restart): nothing can end before the deadline.
+                if deadline is None:
+                    raise
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                return None
             if info is None:
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
@@ -314,8 +330,25 @@ class Pod:
                     continue
                 self.record_exit(*ended)
 
+    def backoff(self, c: Container) -> float:
+        """Schedules `c`'s restart: the kubelet's delay, doubling with each crash, reset by a long run."""
+        base = float(self.spec.get("restart_backoff_s", 0.0))
+        if time.monotonic() - c.launched_at >= 60 * base:
+            c.crash_streak = 0
+        c.crash_streak += 1
+        c.restarts += 1
+        return float(min(base * 2 ** (c.crash_streak - 1), 30 * base))
+
+    def _wait_restarting_sidecars(self, seconds: float, sidecars: list[Container]) -> None:
+        deadline = time.monotonic() + seconds
+        while (ended := self.wait_any(deadline)) is not None:
+            done, code = ended
+            self.record_exit(done, code)
+            if done.sidecar:
+                self._restart_sidecar(done)
+
     def run(self) -> int:
-        restart_on_failure = self.spec["restart_policy"] == "OnFailure"
+        policy = self.spec["restart_policy"]
         inits = [self.containers[c["name"]] for c in self.spec["init_containers"]]
         mains = [self.containers[c["name"]] for c in self.spec["containers"]]
         sidecars: list[Container] = []
@@ -329,31 +362,41 @@ class Pod:
                 code = self._run_to_end(c, sidecars)
                 if code == 0:
                     break
-                if not restart_on_failure:
+                if policy == "Never":
                     self.stop(sidecars)
                     return code
-                c.restarts += 1
+                self._wait_restarting_sidecars(self.backoff(c), sidecars)
         first_failure = 0
         running = {c.name for c in mains}
+        # Container name -> when (time.monotonic) its restart is due.
+        restart_at: dict[str, float] = {}
+
+        def ended_with(c: Container, code: int) -> None:
+            nonlocal first_failure
+            if policy == "Always" or (policy == "OnFailure" and code != 0):
+                restart_at[c.name] = time.monotonic() + self.backoff(c)
+                return
+            if code != 0 and not first_failure:
+                first_failure = code
+            running.discard(c.name)
+
         for c in mains:
             if not self.launch(c):
-                running.discard(c.name)
-                first_failure = first_failure or 128
+                ended_with(c, 128)
         while running:
-            ended = self.wait_any()
-            assert ended is not None
+            ended = self.wait_any(min(restart_at.values()) if restart_at else None)
+            if ended is None:
+                for name in [n for n, at in restart_at.items() if at <= time.monotonic()]:
+                    del restart_at[name]
+                    if not self.launch(self.containers[name]):
+                        ended_with(self.containers[name], 128)
+                continue
             c, code = ended
             self.record_exit(c, code)
             if c.sidecar:
                 self._restart_sidecar(c)
                 continue
-            if code != 0 and restart_on_failure:
-                c.restarts += 1
-                if self.launch(c):
-                    continue
-            elif code != 0 and not first_failure:
-                first_failure = code
-            running.discard(c.name)
+            ended_with(c, code)
         self.stop(sidecars)
         return first_failure
 

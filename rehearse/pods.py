@@ -207,8 +207,11 @@ class Runtime:
         node_addresses: Mapping[str, str] | None = None,
         api: ApiServer | None = None,
         image_python: Mapping[str, Path] | None = None,
+        container_backoff_s: float = 10.0,
     ) -> None:
         self.clock: Clock = clock or MonotonicClock()
+        # The kubelet's first container-restart delay, in wall seconds (10 s on a node; podinit doubles it).
+        self.container_backoff_s = container_backoff_s
         self.api = api
         # Per pod: what the API server gives its containers (address, token), before their own env.
         self._api_env: dict[str, dict[str, str]] = {}
@@ -490,6 +493,7 @@ class Runtime:
             "init_containers": init,
             "containers": containers,
             "restart_policy": spec.get("restartPolicy", "Always"),
+            "restart_backoff_s": self.container_backoff_s,
             "grace_s": spec.get("terminationGracePeriodSeconds", 30),
             "status_file": str(directory / "status.json"),
             "ready_fd": ready_w,

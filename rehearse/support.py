@@ -170,7 +170,10 @@ POD_SPEC: dict[str, Support] = {
     "initContainers[].restartPolicy": honoured(f"{KUBELET}: Always = native sidecar (docs sidecar-containers)"),
     "initContainers[].terminationMessagePath": honoured(f"{KUBELET}: a per-container file"),
     "initContainers[].terminationMessagePolicy": honoured(f"{KUBELET}: FallbackToLogsOnError"),
-    "restartPolicy": honoured(f"{KUBELET}: Never, OnFailure (restarted in place, counted), Always"),
+    "restartPolicy": honoured(
+        f"{KUBELET}: Always restarts a container on any exit, OnFailure on a non-zero one, Never not (in place, "
+        "counted, the kubelet's back-off); init containers rerun unless Never"
+    ),
     "hostname": honoured(DNS),
     "subdomain": honoured(DNS),
     "volumes[].name": honoured(KUBELET_VOLUMES),
@@ -242,7 +245,7 @@ RAY_CLUSTER_SPEC: dict[str, Support] = {
     "headGroupSpec.serviceType": inert("the head Service is a DNS name here; gates refuse exposed types"),
     "headServiceAnnotations": inert(METADATA),
     "workerGroupSpecs[].groupName": honoured(f"{KUBERAY_POD} and utils/util.go PodName"),
-    "workerGroupSpecs[].replicas": honoured(KUBERAY_CLUSTER),
+    "workerGroupSpecs[].replicas": honoured(f"{KUBERAY_CLUSTER}: an ended pod is replaced (reconcilePods)"),
     "workerGroupSpecs[].minReplicas": inert("bounds for the autoscaler, which is off (replicas are created)"),
     "workerGroupSpecs[].maxReplicas": inert("bounds for the autoscaler, which is off (replicas are created)"),
     "workerGroupSpecs[].suspend": honoured(f"{KUBERAY_CLUSTER}: a suspended group has no pods"),

@@ -17,6 +17,7 @@ a run that selects no CDK test never pays for it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from aws_cdk.assertions import Template
 
     from infra.stage import PlatformStage
+    from tests.trainctl.fake_aws import MotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,6 +137,46 @@ def merged(stacks: dict[str, dict[str, Any]]) -> dict[str, Any]:
         assert not clash, f"logical ids in two stacks: {sorted(clash)}"
         resources.update(stack["Resources"])
     return {**stacks["Platform"], "Resources": resources}
+
+
+# moto and fake AWS keys, for every test that calls AWS (trainctl, the image build's Lambda handlers).
+@pytest.fixture(scope="module")
+def moto() -> Iterator[MotoServer]:
+    """moto in server mode on loopback, one per test module."""
+    from tests.trainctl.fake_aws import MotoServer
+
+    server = MotoServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fake keys only; nothing from the caller's AWS setup (profiles, endpoints, instance role) leaks in."""
+    for name in (
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_EC2",
+        "AWS_ENDPOINT_URL_EKS",
+        "AWS_ENDPOINT_URL_SERVICE_QUOTAS",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
 
 
 @pytest.fixture(params=["dev", "prod"])

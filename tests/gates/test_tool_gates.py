@@ -129,14 +129,9 @@ def test_nag_reports_stale_acknowledgments() -> None:
     assert stale == [stale_ack]
 
 
-@pytest.mark.slow
-def test_nag_passes_every_environment_with_only_listed_acknowledgments() -> None:
-    from gates.__main__ import _app_factory
-
-    acknowledged, findings, stale = run_nag(_app_factory)
-    assert findings == []
-    assert stale == []
-    assert acknowledged > 0
+# That every environment passes with only the listed acknowledgments (no finding, none stale) is `make check`'s
+# cdk-nag gate (gates/__main__.py gate_nag), which `make test` runs: a test here ran the same synth a second time.
+def test_every_acknowledgment_gives_a_specific_reason() -> None:
     for ack in ACKNOWLEDGMENTS:
         assert len(ack.reason) > 40, f"{ack.rule} needs a specific reason"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -33,26 +32,10 @@ BASE = (
 PROPERTIES = {"ProjectName": PROJECT, "RepositoryName": REPOSITORY, "ImageTag": TAG, "Base": BASE}
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[MotoServer]:
-    server = MotoServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
-def aws(moto: MotoServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> MotoServer:
-    """boto3 in the handler reaches moto through the service endpoint variables; fake keys only."""
+def aws(moto: MotoServer, fake_aws_credentials: None, monkeypatch: pytest.MonkeyPatch) -> MotoServer:
+    """boto3 in the handler reaches moto through the service endpoint variables."""
     moto.reset()
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_ENDPOINT_URL_CODEBUILD", moto.url)
     monkeypatch.setenv("AWS_ENDPOINT_URL_ECR", moto.url)

@@ -102,6 +102,17 @@ def test_a_cluster_that_never_gets_ready_before_the_run_ends_is_not_ready_not_fa
     assert result.exit_code == 1
 
 
+def test_a_cluster_still_coming_up_when_the_jobs_end_is_waited_for_not_reported_not_ready() -> None:
+    # The Job ends at 3 s, the cluster's nodes join at 30 s (on the 2-core machine a head restarted in place by the
+    # kubelet came up after the training pods finished): KubeRay would have it Ready, so the run waits for it.
+    runtime = runtime_with_ray(30, scripts={"user-": [Script(after_s=3)]})
+    result = rehearse_fake([ray_cluster("late"), submitting_job("user")], runtime)
+    late = result.workload("late")
+    assert late.state == "Ready", late.message
+    assert 30 <= late.wall_s < 36
+    assert result.exit_code == 0
+
+
 def test_cluster_selector_runs_the_ray_job_on_the_ray_cluster_of_the_same_run_and_never_deletes_it() -> None:
     runtime = runtime_with_ray(5)
     job = ray_job("on-shared", clusterSelector={"ray.io/cluster": "shared"})
@@ -232,3 +243,46 @@ def test_a_ray_job_past_its_active_deadline_is_not_retried() -> None:
     assert "DeadlineExceeded" in w.message
     assert w.status["failed"] == "1"
     assert len(clusters_of(w.pods)) == 1
+
+
+# KubeRay v1.7.0 raycluster_controller.go reconcilePods + shouldDeletePod: a head or worker Pod whose phase is
+# Failed or Succeeded is deleted, and the next reconcile creates a head (a standalone cluster: shouldSkipHeadPodRestart
+# is only for a RayJob's provisioned cluster) and as many workers as `replicas` asks. The RayCluster itself never
+# fails for it: its state stays what calculateStatus says (Ready once all pods were ready).
+def heads(pods: list[Any]) -> list[Any]:
+    return [p for p in pods if "-head-" in p.name]
+
+
+def test_a_standalone_ray_cluster_whose_head_pod_fails_gets_a_new_head_pod_not_a_failed_verdict() -> None:
+    runtime = runtime_with_ray(5, scripts={"alone-head-": [Script(code=1, after_s=2), Script(after_s=float("inf"))]})
+    w = rehearse_fake([ray_cluster("alone")], runtime).workload("alone")
+    assert w.state == "Ready", w.message
+    assert len(heads(w.pods)) == 2, [p.name for p in w.pods]
+    assert heads(w.pods)[0].exit_codes == {"ray-head": 1}
+    assert any("deleted" in n and "created" in n and "head" in n for n in w.notes), w.notes
+
+
+def test_a_failed_worker_pod_is_replaced_to_keep_the_groups_replicas() -> None:
+    scripts = {"pool-cpu-worker-": [Script(code=137, after_s=3), Script(after_s=float("inf"))]}
+    runtime = runtime_with_ray(5, scripts=scripts)
+    w = rehearse_fake([ray_cluster("pool", workers=2)], runtime).workload("pool")
+    workers = [p for p in w.pods if "-worker-" in p.name]
+    assert w.state == "Ready", w.message
+    # The first worker pod ended at 3 s (the script's first attempt), the other ran on: three worker pods in all.
+    assert len(workers) == 3, [p.name for p in workers]
+    first_end = min(workers, key=lambda p: p.end_s if p.end_s is not None else float("inf"))
+    assert first_end.exit_codes["ray-worker"] == 137
+    assert first_end.end_s == pytest.approx(3, abs=0.5)
+    # The replacement came when that worker ended, not at the run's end.
+    assert sorted(p.start_s or 0 for p in workers)[-1] == pytest.approx(3, abs=1)
+    assert len(heads(w.pods)) == 1
+
+
+def test_a_head_pod_that_fails_every_time_is_replaced_a_bounded_number_of_times_then_reported() -> None:
+    runtime = runtime_with_ray(1000, scripts={"crash-head-": [Script(code=1, after_s=1)]})
+    result = rehearse_fake([ray_cluster("crash", workers=0)], runtime)
+    w = result.workload("crash")
+    assert w.state == "Failed"
+    assert "KubeRay would keep replacing it" in w.message, w.message
+    assert 2 <= len(heads(w.pods)) <= 10
+    assert result.exit_code == 1

@@ -1,4 +1,5 @@
-"""Per-test servers on loopback (a registry, moto, a fake Kubernetes API), refusing ports, fake AWS keys, lock files."""
+"""Per-test servers on loopback (a registry, a fake Kubernetes API), refusing ports, lock files (moto and the fake AWS
+keys: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from k8s.images import ImageLock
-from tests.trainctl.fake_aws import MotoServer
 from tests.trainctl.fake_kube import FakeKube
 from tests.trainctl.fake_registry import FakeRegistry
 
@@ -35,43 +35,6 @@ def kube() -> Iterator[FakeKube]:
     finally:
         server.stop()
     assert server.handler_errors == []
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[MotoServer]:
-    """moto in server mode on loopback, one per test module."""
-    server = MotoServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Fake keys only; nothing from the caller's AWS setup (profiles, endpoints, instance role) leaks in."""
-    for name in (
-        "AWS_PROFILE",
-        "AWS_DEFAULT_PROFILE",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_EC2",
-        "AWS_ENDPOINT_URL_EKS",
-        "AWS_ENDPOINT_URL_SERVICE_QUOTAS",
-        "AWS_ROLE_ARN",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
 
 
 @pytest.fixture
