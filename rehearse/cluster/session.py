@@ -26,6 +26,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.spec import ConfigError, Environment, get_environment
@@ -55,16 +56,26 @@ if TYPE_CHECKING:
 
 # The loop looks at pods every 0.1 wall seconds whatever the scale.
 WALL_TICK_S = 0.1
-_NODE_AT = re.compile(r"^(?P<node>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)@(?P<seconds>\d+(\.\d+)?)$")
+_NODE_AT = re.compile(r"^(?P<node>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)@(?P<seconds>\d+(\.\d+)?)(,after=(?P<after>[^,]+))?$")
 _GROUP_COUNT = re.compile(r"^(?P<group>[a-z0-9]([-a-z0-9]*[a-z0-9])?)=(?P<count>\d+)$")
 
 
 def parse_node_kill(text: str) -> NodeKill:
-    """--kill-node NODE@SECONDS (cluster time); NODE is a node's alias (system-0, g6-1) or name."""
+    """--kill-node NODE@SECONDS (cluster time), or NODE@SECONDS,after=PATH (SECONDS after PATH, relative to the
+    output directory, first exists: e.g. a checkpoint committed on a claim); NODE is a node's alias (g6-1) or name."""
     m = _NODE_AT.match(text)
     if not m:
-        raise RehearsalError(f"--kill-node {text!r}: write it as NODE@SECONDS, e.g. g6-0@120 (cluster seconds)")
-    return NodeKill(node=m.group("node"), seconds=float(m.group("seconds")))
+        raise RehearsalError(
+            f"--kill-node {text!r}: write it as NODE@SECONDS, e.g. g6-0@120 (cluster seconds), or "
+            "NODE@SECONDS,after=PATH, e.g. g6-0@0,after=claims/training/checkpoints/nvrx-fsdp/step_000000002/COMMITTED"
+        )
+    after = Path(m.group("after")) if m.group("after") else None
+    if after is not None and (after.is_absolute() or ".." in after.parts):
+        raise RehearsalError(
+            f"--kill-node {text!r}: after={after} must be relative to the output directory, without '..' "
+            "(a claim's files are under claims/<namespace>/<claim>/)"
+        )
+    return NodeKill(node=m.group("node"), seconds=float(m.group("seconds")), after=after)
 
 
 def parse_nodes(text: str) -> tuple[str, int]:

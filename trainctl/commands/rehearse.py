@@ -126,8 +126,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--kill-node",
         action="append",
         default=[],
-        metavar="NODE@SECONDS",
-        help="with --env: lose NODE (an alias such as g6-0, or its name) at SECONDS cluster time; repeatable",
+        metavar="NODE@SECONDS[,after=PATH]",
+        help="with --env: lose NODE (an alias such as g6-0, or its name) at SECONDS cluster time, or SECONDS after "
+        "PATH (relative to --output-dir, e.g. a committed checkpoint on a claim) first exists; repeatable",
     )
     parser.add_argument(
         "--skip-unsupported",

@@ -97,3 +97,23 @@ def test_a_node_is_found_by_alias_or_name() -> None:
     assert find_node(nodes, "ip-10-10-128-11").alias == "system-1"
     with pytest.raises(ConfigError, match="--kill-node"):
         find_node(nodes, "g6-7")
+
+
+def test_kill_node_parses_a_cluster_time_or_a_delay_after_a_path_under_the_output_directory() -> None:
+    from pathlib import Path
+
+    from rehearse import RehearsalError
+    from rehearse.cluster.placement import NodeKill
+    from rehearse.cluster.session import parse_node_kill
+
+    assert parse_node_kill("g6-0@120") == NodeKill(node="g6-0", seconds=120.0)
+    committed = "claims/training/checkpoints/nvrx-fsdp/step_000000002/COMMITTED"
+    assert parse_node_kill(f"p5-0@0,after={committed}") == NodeKill(node="p5-0", seconds=0.0, after=Path(committed))
+    for bad, problem in [
+        ("g6-0@5,after=/etc/passwd", "relative to the output directory"),
+        ("g6-0@5,after=../x", "relative to the output directory"),
+        ("g6-0@5,after=", "NODE@SECONDS"),
+        ("g6-0@5,before=x", "NODE@SECONDS"),
+    ]:
+        with pytest.raises(RehearsalError, match=problem):
+            parse_node_kill(bad)
