@@ -64,6 +64,9 @@ def gate_nag(cdk_out: Path, dist: Path) -> GateResult:
     findings += [
         Finding("cdk-nag", ack.path, f"stale acknowledgment of {ack.rule}: it matches no construct") for ack in stale
     ]
+    if checked == 0:
+        # Every environment has acknowledged findings: none at all means the AwsSolutions pack did not run.
+        findings.append(Finding("cdk-nag", "(app)", "the AwsSolutions report has no rule result: cdk-nag did not run"))
     return GateResult("cdk-nag", checked, findings)
 
 

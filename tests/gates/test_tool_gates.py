@@ -129,8 +129,18 @@ def test_nag_reports_stale_acknowledgments() -> None:
     assert stale == [stale_ack]
 
 
-# That every environment passes with only the listed acknowledgments (no finding, none stale) is `make check`'s
-# cdk-nag gate (gates/__main__.py gate_nag), which `make test` runs: a test here ran the same synth a second time.
+# That every environment passes with only the listed acknowledgments (no finding, none stale, some rule results)
+# is `make check`'s cdk-nag gate (gates/__main__.py gate_nag), which `make test` runs: a test here ran the same synth
+# a second time.
+def test_the_nag_gate_fails_when_cdk_nag_reports_no_rule_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gates.__main__ as gates_main
+
+    monkeypatch.setattr(gates_main, "run_nag", lambda factory: (0, [], []))
+    result = gates_main.gate_nag(Path("cdk.out"), Path("dist"))
+    assert not result.passed
+    assert "cdk-nag did not run" in result.findings[0].message
+
+
 def test_every_acknowledgment_gives_a_specific_reason() -> None:
     for ack in ACKNOWLEDGMENTS:
         assert len(ack.reason) > 40, f"{ack.rule} needs a specific reason"
