@@ -32,8 +32,8 @@ start_api_server, ray/_private/utils.py get_dashboard_dependency_error, Ray 2.58
 ray[default]; the pods here run this machine's Python, so a minimal Ray is refused before any pod starts
 (`dashboard_dependency_error`) instead of a submitter that waits forever for a dashboard that never answers.
 
-Rehearsal differences (reported): `num-gpus` is 0 whatever the limit (CPU rehearsal), and the
-dashboard is read from inside the head pod's network namespace (KubeRay reads it through the Service).
+Rehearsal difference: the dashboard is read from inside the head pod's network namespace (KubeRay reads it
+through the Service). `num-gpus` is KubeRay's, on CPU too: Ray places GPU workers by the count.
 """
 
 from __future__ import annotations
@@ -138,11 +138,13 @@ class RayClusterPods:
             result["num-cpus"] = str(int(quantity(cpu)))
         if "memory" not in result and limits.get("memory"):
             result["memory"] = str(int(quantity(limits["memory"])))
-        gpus = result.get("num-gpus") or limits.get("nvidia.com/gpu")
-        if gpus and str(gpus) != "0":
-            self.notes.append(f"{node_type} num-gpus {gpus} -> 0 (CPU rehearsal)")
-        if gpus is not None:
-            result["num-gpus"] = "0"
+        # addWellKnownAcceleratorResources: the first limit (keys sorted) whose name ends in "gpu", when non-zero
+        # (utils/resources.go IsGPUResourceKey; MIG slices are not modelled). Kept on CPU: Ray only schedules against
+        # the count and opens no device for it, and Ray Train places one-GPU workers by it (4 per g6 node);
+        # training/ray_finetune.py plan_device computes on CPU in a rehearsal.
+        for key in sorted(limits):
+            if "num-gpus" not in result and key.endswith("gpu") and quantity(limits[key]) != 0:
+                result["num-gpus"] = str(int(quantity(limits[key])))
         return result
 
     def plan(self, node_type: str, group: dict[str, Any]) -> PodPlan:

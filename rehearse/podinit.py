@@ -19,8 +19,9 @@ and does, inside the new namespaces, what the kubelet and the container runtime 
    the kubelet's 10 minutes), restarts counted; the pod stays Running meanwhile;
    an init container with `restartPolicy: Always` is a native sidecar (Kubernetes 1.36 docs
    concepts/workloads/pods/sidecar-containers): started in its turn and left running, restarted when it
-   exits, stopped (SIGTERM, SIGKILL after terminationGracePeriodSeconds) in reverse order once every main
-   container has ended, and never counted for the pod's phase;
+   exits (whatever the pod's restartPolicy, with the same back-off), stopped (SIGTERM, SIGKILL after
+   terminationGracePeriodSeconds) in reverse order once every main container has ended, and never counted for
+   the pod's phase;
 4. writes each container's status to the status file: exit code (128 + signal when killed, as the kubelet
    reports it), reason (Completed, Error, or StartError with exit code 128 when the process could not be
    started, e.g. an executable not on PATH), and the termination message (the file at
@@ -245,6 +246,8 @@ class Pod:
         self.status: dict[str, Any] = {"init": {}, "containers": {}}
         # Every process this PID 1 started, by pid: only these are reaped through their Popen.
         self.children: dict[int, Container] = {}
+        # Container name -> when (time.monotonic) its restart is due: sidecars' and main containers' alike.
+        self.restart_at: dict[str, float] = {}
 
     def write_status(self) -> None:
         data = json.dumps(self.status).encode()
@@ -339,13 +342,37 @@ class Pod:
         c.restarts += 1
         return float(min(base * 2 ** (c.crash_streak - 1), 30 * base))
 
-    def _wait_restarting_sidecars(self, seconds: float, sidecars: list[Container]) -> None:
-        deadline = time.monotonic() + seconds
-        while (ended := self.wait_any(deadline)) is not None:
-            done, code = ended
-            self.record_exit(done, code)
-            if done.sidecar:
-                self._restart_sidecar(done)
+    def schedule_restart(self, c: Container) -> None:
+        self.restart_at[c.name] = time.monotonic() + self.backoff(c)
+
+    def wait_container(self, deadline: float | None = None) -> tuple[Container, int] | None:
+        """The next container other than a sidecar to end, its exit recorded (None: `deadline` passed).
+
+        Meanwhile restarts fall due and are launched: a sidecar that ends is restarted here whatever the pod's
+        restartPolicy (Kubernetes 1.36 concepts/workloads/pods/sidecar-containers), with the same back-off; a main
+        container that cannot be started again is returned with exit code 128 (its StartError recorded)."""
+        while True:
+            due = min(self.restart_at.values(), default=None)
+            until = min((t for t in (due, deadline) if t is not None), default=None)
+            ended = self.wait_any(until)
+            if ended is not None:
+                c, code = ended
+                self.record_exit(c, code)
+                if not c.sidecar:
+                    return ended
+                self.schedule_restart(c)
+                continue
+            now = time.monotonic()
+            for name in sorted(n for n, at in self.restart_at.items() if at <= now):
+                del self.restart_at[name]
+                c = self.containers[name]
+                if self.launch(c):
+                    continue
+                if not c.sidecar:
+                    return c, 128
+                self.schedule_restart(c)
+            if deadline is not None and now >= deadline:
+                return None
 
     def run(self) -> int:
         policy = self.spec["restart_policy"]
@@ -355,26 +382,26 @@ class Pod:
         for c in inits:
             if c.sidecar:
                 # restartPolicy Always on an init container: started, kept running, next init starts.
-                self.launch(c)
+                if not self.launch(c):
+                    self.schedule_restart(c)
                 sidecars.append(c)
                 continue
             while True:
-                code = self._run_to_end(c, sidecars)
+                code = self._run_to_end(c)
                 if code == 0:
                     break
                 if policy == "Never":
                     self.stop(sidecars)
                     return code
-                self._wait_restarting_sidecars(self.backoff(c), sidecars)
+                # Only sidecars run during an init container's back-off: nothing else can end.
+                self.wait_container(time.monotonic() + self.backoff(c))
         first_failure = 0
         running = {c.name for c in mains}
-        # Container name -> when (time.monotonic) its restart is due.
-        restart_at: dict[str, float] = {}
 
         def ended_with(c: Container, code: int) -> None:
             nonlocal first_failure
             if policy == "Always" or (policy == "OnFailure" and code != 0):
-                restart_at[c.name] = time.monotonic() + self.backoff(c)
+                self.schedule_restart(c)
                 return
             if code != 0 and not first_failure:
                 first_failure = code
@@ -384,40 +411,19 @@ class Pod:
             if not self.launch(c):
                 ended_with(c, 128)
         while running:
-            ended = self.wait_any(min(restart_at.values()) if restart_at else None)
-            if ended is None:
-                for name in [n for n, at in restart_at.items() if at <= time.monotonic()]:
-                    del restart_at[name]
-                    if not self.launch(self.containers[name]):
-                        ended_with(self.containers[name], 128)
-                continue
-            c, code = ended
-            self.record_exit(c, code)
-            if c.sidecar:
-                self._restart_sidecar(c)
-                continue
-            ended_with(c, code)
+            ended = self.wait_container()
+            assert ended is not None
+            ended_with(*ended)
         self.stop(sidecars)
         return first_failure
 
-    def _run_to_end(self, c: Container, sidecars: list[Container]) -> int:
+    def _run_to_end(self, c: Container) -> int:
         if not self.launch(c):
             return 128
-        while True:
-            ended = self.wait_any()
-            assert ended is not None
-            done, code = ended
-            self.record_exit(done, code)
-            if done is c:
-                return code
-            if done.sidecar:
-                self._restart_sidecar(done)
-
-    def _restart_sidecar(self, c: Container) -> None:
-        # A sidecar is restarted whatever the pod's restartPolicy (with the kubelet's back-off, shortened).
-        c.restarts += 1
-        time.sleep(min(c.restarts, 10) * 0.2)
-        self.launch(c)
+        ended = self.wait_container()
+        assert ended is not None
+        assert ended[0] is c
+        return ended[1]
 
 
 def main(argv: list[str]) -> int:

@@ -48,16 +48,21 @@ class DevicePlan:
     backend: str
     device_type: str
     compute_dtype: torch.dtype
+    # Ray Train's ScalingConfig(use_gpu=): one GPU reserved per worker, which is what places the workers (4 per g6
+    # node, 8 per p5); false, each worker reserves one CPU and Ray's default PACK strategy fills one node first.
+    reserve_gpu: bool = False
 
 
-def plan_device(use_gpu: bool) -> DevicePlan:
+def plan_device(use_gpu: bool, *, rehearsal: bool = False) -> DevicePlan:
     """The only place that maps "GPU or not" to device type, collective backend and compute precision.
 
-    Parameters, gradients and optimizer state stay float32 on both; on GPU, FSDP computes in bfloat16.
+    Parameters, gradients and optimizer state stay float32 on both; on GPU, FSDP computes in bfloat16. A CPU
+    rehearsal of a GPU job (training/rehearsal.py) computes on CPU with gloo but still reserves a GPU per worker:
+    its Ray nodes advertise the GPUs KubeRay would (rehearse/kuberay.py), so the gang is placed as it will be.
     """
-    if use_gpu:
-        return DevicePlan(use_gpu=True, backend="nccl", device_type="cuda", compute_dtype=torch.bfloat16)
-    return DevicePlan(use_gpu=False, backend="gloo", device_type="cpu", compute_dtype=torch.float32)
+    if use_gpu and not rehearsal:
+        return DevicePlan(True, backend="nccl", device_type="cuda", compute_dtype=torch.bfloat16, reserve_gpu=True)
+    return DevicePlan(False, backend="gloo", device_type="cpu", compute_dtype=torch.float32, reserve_gpu=use_gpu)
 
 
 @dataclass(frozen=True)
@@ -259,7 +264,7 @@ def build_trainer(
         train_loop_per_worker,
         train_loop_config={"job": job},
         torch_config=TorchConfig(backend=job.device.backend),
-        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=job.device.use_gpu),
+        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=job.device.reserve_gpu),
         run_config=RunConfig(storage_path=storage_path, callbacks=callbacks),
     )
 
@@ -332,8 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ray.is_initialized():
         ray.init()
     use_gpu = cluster_has_gpu() if args.use_gpu is None else bool(args.use_gpu)
-    if cpu_rehearsal():
-        # training/rehearsal.py: a CPU rehearsal of a GPU job runs on CPU with gloo.
+    rehearsal = cpu_rehearsal()
+    if rehearsal and not cluster_has_gpu():
+        # Nothing to reserve (a rehearsal whose Ray nodes advertise no GPU): a GPU request would wait forever.
         use_gpu = False
     data = args.data if args.data == "synthetic" else str(Path(args.data).resolve())
     model = str(Path(args.model).resolve()) if Path(args.model).is_dir() else args.model
@@ -345,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lr=args.lr,
         seed=args.seed,
         data=data,
-        device=plan_device(use_gpu),
+        device=plan_device(use_gpu, rehearsal=rehearsal),
         gate=args.gate,
     )
     started = time.time()

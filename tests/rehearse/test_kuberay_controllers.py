@@ -286,3 +286,30 @@ def test_a_head_pod_that_fails_every_time_is_replaced_a_bounded_number_of_times_
     assert "KubeRay would keep replacing it" in w.message, w.message
     assert 2 <= len(heads(w.pods)) <= 10
     assert result.exit_code == 1
+
+
+def test_ray_start_advertises_the_gpus_kuberay_would_so_ray_places_workers_as_on_the_gpu_cluster() -> None:
+    # KubeRay v1.7.0 common/pod.go setMissingRayStartParams: num-gpus from the nvidia.com/gpu limit, or the group's
+    # rayStartParams. Rewriting it to 0 let Ray Train's PACK strategy put all 8 one-CPU workers of a 2-node g6 job on
+    # one Ray node (a single-node gang, the fabric gate's cross-node check never ran on the second node).
+    from rehearse.kuberay import RayClusterPods
+
+    worker = {
+        "groupName": "g6",
+        "replicas": 2,
+        "rayStartParams": {},
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "ray-worker", "image": "x", "resources": {"limits": {"cpu": "40", "nvidia.com/gpu": 4}}}
+                ]
+            }
+        },
+    }
+    explicit = {**worker, "groupName": "p5", "rayStartParams": {"num-gpus": "8"}}
+    spec = {"headGroupSpec": {**GROUP, "rayStartParams": {"num-gpus": "0"}}, "workerGroupSpecs": [worker, explicit]}
+    plans = RayClusterPods("c", NS, spec, "RayCluster/c").plans()
+    commands = {p.labels["ray.io/group"]: p.spec["containers"][0]["args"][0] for p in plans}
+    assert "--num-gpus=0" in commands["headgroup"]
+    assert "--num-gpus=4" in commands["g6"]
+    assert "--num-gpus=8" in commands["p5"]

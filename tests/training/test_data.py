@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from tests.training.tiny import VOCAB_SIZE, corpus_lines
 from training.data import PackedBatches, SyntheticBatches, read_texts, tokenize_texts
-from training.ray_finetune import DEFAULT_MODEL, parse_args, plan_device, unshared_tensors
+from training.ray_finetune import DEFAULT_MODEL, TrainJob, build_trainer, parse_args, plan_device, unshared_tensors
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +107,25 @@ def test_device_plan_pairs_cuda_with_nccl_and_cpu_with_gloo() -> None:
     gpu, cpu = plan_device(True), plan_device(False)
     assert (gpu.use_gpu, gpu.device_type, gpu.backend, gpu.compute_dtype) == (True, "cuda", "nccl", torch.bfloat16)
     assert (cpu.use_gpu, cpu.device_type, cpu.backend, cpu.compute_dtype) == (False, "cpu", "gloo", torch.float32)
+
+
+def test_a_cpu_rehearsal_of_a_gpu_job_reserves_a_gpu_per_worker_and_computes_on_cpu_with_gloo() -> None:
+    # The rehearsal's Ray nodes advertise the GPUs KubeRay would (rehearse/kuberay.py); reserving one per worker
+    # places the workers as on the GPU cluster (4 per g6 node), where one CPU each packed all of them onto one node.
+    rehearsal = plan_device(True, rehearsal=True)
+    assert (rehearsal.use_gpu, rehearsal.reserve_gpu) == (False, True)
+    assert (rehearsal.device_type, rehearsal.backend, rehearsal.compute_dtype) == ("cpu", "gloo", torch.float32)
+    assert plan_device(True).reserve_gpu
+    assert not plan_device(False).reserve_gpu
+    assert plan_device(False, rehearsal=True) == plan_device(False)
+    trainer = build_trainer(
+        TrainJob(model="m", steps=1, batch_size=1, seq_len=8, lr=1e-5, seed=0, data="synthetic", device=rehearsal),
+        num_workers=8,
+        storage_path=None,
+        callbacks=[],
+    )
+    assert trainer.scaling_config.use_gpu is True
+    assert trainer.backend_config.backend == "gloo"
 
 
 def test_unshared_tensors_copies_tied_weights() -> None:
