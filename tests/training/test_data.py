@@ -1,4 +1,4 @@
-"""The data path and the small pure pieces of the trainer, without Ray."""
+"""The data path and the small pure pieces of the trainer, without a Ray cluster."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ray.train.torch import TorchConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from tests.training.tiny import VOCAB_SIZE, corpus_lines
@@ -125,6 +126,7 @@ def test_a_cpu_rehearsal_of_a_gpu_job_reserves_a_gpu_per_worker_and_computes_on_
         callbacks=[],
     )
     assert trainer.scaling_config.use_gpu is True
+    assert isinstance(trainer.backend_config, TorchConfig)
     assert trainer.backend_config.backend == "gloo"
 
 
