@@ -157,3 +157,19 @@ def test_the_guard_sees_a_training_process_that_an_unmarked_test_starts(request:
     assert "@tests.tiers.starts_training_processes" in problem
     request.node.add_marker(tiers.TRAINING)
     assert guard.verdict(request.node) is None  # a marked test may start them
+
+
+def test_make_test_runs_every_gate_over_a_fresh_synth() -> None:
+    # The whole-synth gate runs live in `make check` only (tests/gates test each gate on small inputs): pytest
+    # copies of cdk-nag, cfn-lint, checkov and the manifests gate over the same synth ran them twice per make test.
+    from gates.__main__ import GATES
+
+    assumed = [arg for stamp in STAMPS for arg in ("-o", stamp)]
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", *assumed, "test"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    runs = [shlex.split(line) for line in done.stdout.splitlines()]
+    gate_runs = [argv for argv in runs if argv[:3] == ["python", "-m", "gates"]]
+    assert len(gate_runs) == 1, done.stdout
+    assert "--only" not in gate_runs[0]
+    assert set(GATES) == {"templates", "cfn-lint", "manifests", "checkov", "runtime-packages", "cdk-nag"}

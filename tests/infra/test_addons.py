@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gates.manifests import load_crd
 from infra.spec import (
     ENVIRONMENTS,
     AddOnsConfig,
@@ -91,7 +92,7 @@ def test_pins_themselves_are_exact() -> None:
 def test_kuberay_operator_matches_the_vendored_crds() -> None:
     crd_dir = ROOT / "k8s" / "crds" / f"kuberay-v{KUBERAY_VERSION}"
     assert HELM_CHARTS["kuberay-operator"].version == KUBERAY_VERSION
-    kinds = {yaml.safe_load(p.read_text())["spec"]["names"]["kind"] for p in Path(crd_dir).glob("*.yaml")}
+    kinds = {load_crd(p)["spec"]["names"]["kind"] for p in Path(crd_dir).glob("*.yaml")}
     assert kinds == {"RayCluster", "RayJob"}
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gates.manifests import load_crd
 from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError
 from infra.spec.kueue import KUEUE, KueueProps, frameworks, manager_config
 from infra.spec.namespaces import TRAINING_NAMESPACES
@@ -29,7 +30,7 @@ def test_chart_is_the_oci_artifact_of_the_pinned_release() -> None:
     assert pin.repository == "oci://registry.k8s.io/kueue/charts/kueue"
     assert pin.chart == "kueue"
     assert pin.version == KUEUE_VERSION
-    kinds = {yaml.safe_load(p.read_text())["spec"]["names"]["kind"] for p in (ROOT / "k8s" / "crds").glob("kueue-*/*")}
+    kinds = {load_crd(p)["spec"]["names"]["kind"] for p in (ROOT / "k8s" / "crds").glob("kueue-*/*")}
     assert kinds == {"ClusterQueue", "LocalQueue", "ResourceFlavor"}
     assert [p.name for p in (ROOT / "k8s" / "crds").glob("kueue-*")] == [f"kueue-v{KUEUE_VERSION}"]
 
