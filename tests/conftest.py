@@ -2,11 +2,12 @@
 
 Tiers (docs/testing.md): `make test-fast` deselects the `rehearsal` and `slow` markers; `make test`
 runs everything on both cores with `--dist loadgroup`. The grouping below keeps what a session or a
-module builds once on one worker: every test reading the CDK synth runs in one group (one in-process
-synth instead of one per worker), the NVRx runs shared by two modules in another, the rehearsals in
-a third (serial: the loopback fallback puts every run's pods on 127.10.0.0/16, and two CPU training
+module builds once on one worker: the NVRx runs shared by two modules in one group, the rehearsals in
+another (serial: the loopback fallback puts every run's pods on 127.10.0.0/16, and two CPU training
 pods per run already fill the two cores), and every other module is its own group so its
-module-scoped fixtures (a local Ray cluster, a gloo process group) start once. The heavy groups are
+module-scoped fixtures (a local Ray cluster, a gloo process group) start once. The CDK synth (10 s)
+is built per worker: one worker running every CDK test was slower (docs/testing.md). The groups reach
+xdist's scheduler through tests/xdist_groups.py (pytest 9.2 drops xdist's own way). The heavy groups are
 ordered first so a worker starts on each at once (pass `--no-loadscope-reorder`, which keeps this
 order instead of xdist's sort by test count).
 
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests import tiers
+from tests import tiers, xdist_groups
 
 if TYPE_CHECKING:
     from aws_cdk.assertions import Template
@@ -34,20 +35,17 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 
 # Fixtures whose value one worker builds once; a test using one joins that group.
-CDK_SYNTH_FIXTURES = frozenset({"cdk_out", "stages", "stack_templates", "templates", "resources"})
 NVRX_RUN_FIXTURES = frozenset(
     {"nvrx_reference", "nvrx_sigkill", "nvrx_exception", "nvrx_hang", "nvrx_kill_during_save"}
 )
 # Longest first: a worker takes the next group when it is nearly out of work.
-HEAVY_GROUPS = ("rehearsal", "cdk-synth", "nvrx-runs")
+HEAVY_GROUPS = ("rehearsal", "nvrx-runs")
 
 
 def heavy_group_of(item: pytest.Item) -> str | None:
     fixtures = set(getattr(item, "fixturenames", ()))
     if item.get_closest_marker("rehearsal"):
         return "rehearsal"
-    if fixtures & CDK_SYNTH_FIXTURES:
-        return "cdk-synth"
     if fixtures & NVRX_RUN_FIXTURES:
         return "nvrx-runs"
     return None
@@ -68,8 +66,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     groups = {item.nodeid: module_group[item.nodeid.split("::", 1)[0]] for item in items}
     for item in items:
         item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    xdist_groups.record(config, groups)  # what the scheduler reads (tests/xdist_groups.py: xdist's own is lost)
     rank = {name: index for index, name in enumerate(HEAVY_GROUPS)}
     items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))  # stable: files keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    xdist_groups.configure_node(node)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup":
+        return None
+    return xdist_groups.make_scheduler(config, log)
 
 
 def cdk_json_context() -> dict[str, Any]:
