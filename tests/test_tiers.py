@@ -25,14 +25,18 @@ def declared_markers() -> list[str]:
     return [line.split(":", 1)[0].strip() for line in config["markers"]]
 
 
-def pytest_runs(target: str) -> list[list[str]]:
-    """The pytest command lines `make TARGET` runs, as make prints them without running anything."""
+def make_commands(target: str) -> list[list[str]]:
+    """The command lines `make TARGET` runs, as make prints them without running anything."""
     assumed = [arg for stamp in STAMPS for arg in ("-o", stamp)]  # treat the toolchain as installed
     done = subprocess.run(
         ["make", "--no-print-directory", "-n", *assumed, target], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    runs = [shlex.split(line) for line in done.stdout.splitlines()]
-    return [argv[argv.index("pytest") + 1 :] for argv in runs if "pytest" in argv]
+    return [shlex.split(line) for line in done.stdout.splitlines()]
+
+
+def pytest_runs(target: str) -> list[list[str]]:
+    """The pytest command lines `make TARGET` runs, each from its first argument."""
+    return [argv[argv.index("pytest") + 1 :] for argv in make_commands(target) if "pytest" in argv]
 
 
 def marker_expression(argv: list[str]) -> str | None:
@@ -164,12 +168,8 @@ def test_make_test_runs_every_gate_over_a_fresh_synth() -> None:
     # copies of cdk-nag, cfn-lint, checkov and the manifests gate over the same synth ran them twice per make test.
     from gates.__main__ import GATES
 
-    assumed = [arg for stamp in STAMPS for arg in ("-o", stamp)]
-    done = subprocess.run(
-        ["make", "--no-print-directory", "-n", *assumed, "test"], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    runs = [shlex.split(line) for line in done.stdout.splitlines()]
+    runs = make_commands("test")
     gate_runs = [argv for argv in runs if argv[:3] == ["python", "-m", "gates"]]
-    assert len(gate_runs) == 1, done.stdout
+    assert len(gate_runs) == 1, runs
     assert "--only" not in gate_runs[0]
     assert set(GATES) == {"templates", "cfn-lint", "manifests", "checkov", "runtime-packages", "cdk-nag"}

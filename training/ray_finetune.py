@@ -336,9 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if not ray.is_initialized():
         ray.init()
-    use_gpu = cluster_has_gpu() if args.use_gpu is None else bool(args.use_gpu)
+    has_gpu = cluster_has_gpu()
+    use_gpu = has_gpu if args.use_gpu is None else bool(args.use_gpu)
     rehearsal = cpu_rehearsal()
-    if rehearsal and not cluster_has_gpu():
+    if rehearsal and not has_gpu:
         # Nothing to reserve (a rehearsal whose Ray nodes advertise no GPU): a GPU request would wait forever.
         use_gpu = False
     data = args.data if args.data == "synthetic" else str(Path(args.data).resolve())

@@ -10,6 +10,7 @@ becomes Failed or Succeeded when no container will be restarted.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,15 +31,23 @@ COUNTING = (
 )
 
 
-@pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
+@contextlib.contextmanager
+def open_runtime(output_dir: Path, container_backoff_s: float) -> Iterator[Runtime]:
     network, _ = open_network(loopback=True)
-    rt = Runtime(output_dir=tmp_path, network=network, configmaps={}, services=[], container_backoff_s=0.1)
+    rt = Runtime(
+        output_dir=output_dir, network=network, configmaps={}, services=[], container_backoff_s=container_backoff_s
+    )
     try:
         yield rt
     finally:
         rt.close()
         network.close()
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    with open_runtime(tmp_path, 0.1) as rt:
+        yield rt
 
 
 def counting(name: str) -> dict[str, Any]:
@@ -53,6 +62,14 @@ def counting(name: str) -> dict[str, Any]:
 def start(runtime: Runtime, name: str, **spec: Any) -> Pod:
     spec = {"volumes": [{"name": "state", "emptyDir": {}}], **spec}
     return runtime.start(PodPlan(name=name, namespace="t", spec=spec, workload=f"Pod/{name}"))
+
+
+def wait_ended(runtime: Runtime, pod: Pod, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and pod.running:
+        runtime.poll()
+        time.sleep(0.1)
+    assert not pod.running
 
 
 def wait_restarts(runtime: Runtime, pod: Pod, restarts: int, timeout_s: float = 30) -> None:
@@ -103,11 +120,7 @@ def test_a_failed_init_container_is_restarted_until_it_succeeds_unless_restart_p
 
 def test_restart_policy_never_ends_the_pod_at_the_first_exit(runtime: Runtime) -> None:
     pod = start(runtime, "never", restartPolicy="Never", containers=[counting("main")])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and pod.running:
-        runtime.poll()
-        time.sleep(0.1)
-    assert not pod.running
+    wait_ended(runtime, pod)
     assert pod.exit_codes["main"] == 0
 
 
@@ -115,21 +128,12 @@ def test_a_crashing_native_sidecar_is_restarted_with_the_kubelets_back_off(tmp_p
     # concepts/workloads/pods/sidecar-containers: a sidecar is restarted whatever the pod's restartPolicy, with the
     # same exponential back-off as any container. Here the base is 1 s: runs at 0, 1 and 3 s within the main
     # container's 3.5 s; without the back-off (0.2 s steps, issue 25's note) it ran 6 times.
-    network, _ = open_network(loopback=True)
-    rt = Runtime(output_dir=tmp_path, network=network, configmaps={}, services=[], container_backoff_s=1)
-    try:
-        script = "n=$(cat /state/side 2>/dev/null || echo 0); echo $((n+1)) > /state/side; exit 1"
-        side = {**counting("side"), "command": ["/bin/sh", "-c", script], "restartPolicy": "Always"}
-        main = {**counting("main"), "command": ["/bin/sh", "-c", "sleep 3.5; cat /state/side"]}
+    script = "n=$(cat /state/side 2>/dev/null || echo 0); echo $((n+1)) > /state/side; exit 1"
+    side = {**counting("side"), "command": ["/bin/sh", "-c", script], "restartPolicy": "Always"}
+    main = {**counting("main"), "command": ["/bin/sh", "-c", "sleep 3.5; cat /state/side"]}
+    with open_runtime(tmp_path, 1) as rt:
         pod = start(rt, "sidecrash", restartPolicy="Never", initContainers=[side], containers=[main])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and pod.running:
-            rt.poll()
-            time.sleep(0.1)
-        assert not pod.running
-        assert pod.exit_codes["main"] == 0
-        runs = int(pod.log("main").split()[-1])
-        assert 2 <= runs <= 3, runs
-    finally:
-        rt.close()
-        network.close()
+        wait_ended(rt, pod)
+    assert pod.exit_codes["main"] == 0
+    runs = int(pod.log("main").split()[-1])
+    assert 2 <= runs <= 3, runs

@@ -14,6 +14,7 @@ import pytest
 
 from rehearse import RehearsalError
 from rehearse.fake import Dashboard, FakeRuntime, Script, rehearse_fake
+from rehearse.kuberay import RayClusterPods
 from rehearse.pods import Pod
 
 NS = "t"
@@ -292,8 +293,6 @@ def test_ray_start_advertises_the_gpus_kuberay_would_so_ray_places_workers_as_on
     # KubeRay v1.7.0 common/pod.go setMissingRayStartParams: num-gpus from the nvidia.com/gpu limit, or the group's
     # rayStartParams. Rewriting it to 0 let Ray Train's PACK strategy put all 8 one-CPU workers of a 2-node g6 job on
     # one Ray node (a single-node gang, the fabric gate's cross-node check never ran on the second node).
-    from rehearse.kuberay import RayClusterPods
-
     worker = {
         "groupName": "g6",
         "replicas": 2,
