@@ -92,7 +92,7 @@ PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 # The markers the fast tier leaves out: tests/tiers.py OUT_OF_FAST (tests/test_tiers.py ties the two).
-FAST := not rehearsal and not slow and not training and not image_env
+FAST := not rehearsal and not slow and not training and not image_env and not full_rehearsal
 # Lint, types, the gates and the parallel pytest run side by side (make -j, each one's output kept
 # together): lint, mypy and `make check` are one process each, and they fill the core that pytest
 # leaves idle while its last group finishes. The calling target has brought `install` up to date, so the
@@ -103,7 +103,7 @@ SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4 --output-sync=target -o $(STAMP
 # them on 2 cores, the Ray fine-tune and the NVRx pod-loss rehearsals failed on load (Ray workers losing GCS).
 test: install
 	+$(SIDE_BY_SIDE) lint typecheck check pytest-all-but-rehearsals
-	pytest -m 'rehearsal and not image_env' $(PYTEST_ARGS)
+	pytest -m 'rehearsal and not image_env and not full_rehearsal' $(PYTEST_ARGS)
 
 test-fast: install
 	+$(SIDE_BY_SIDE) lint typecheck pytest-fast

@@ -72,6 +72,10 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 
+RAY_TRAIN_HEALTH_CHECK = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+REHEARSAL_HEALTH_CHECK_S = "0.5"
+
+
 def quantity(text: str | int) -> float:
     """A Kubernetes resource quantity as a number (CPU cores or bytes)."""
     value = str(text)
@@ -198,6 +202,10 @@ class RayClusterPods:
                 },
                 *spec.get("initContainers", []),
             ]
+        # A rehearsal difference: Ray Train 2.58's controller notices a run's end at a health-check poll, every 2 s by
+        # default (ray/train/v2/_internal/constants.py DEFAULT_HEALTH_CHECK_INTERVAL_S); 0.5 s here, unless set.
+        if not any(e.get("name") == RAY_TRAIN_HEALTH_CHECK for e in container.get("env", [])):
+            env.append({"name": RAY_TRAIN_HEALTH_CHECK, "value": REHEARSAL_HEALTH_CHECK_S})
         container["env"] = [*container.get("env", []), *env]
         # RayCluster pods are restartPolicy Always by default: a failed Ray container restarts in place.
         spec.setdefault("restartPolicy", "Always")

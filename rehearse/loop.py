@@ -13,6 +13,7 @@ Ready then reported NotReady.
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from rehearse.options import Kill, Options
 from rehearse.outcome import Rehearsal, outcome
 from rehearse.platform import check_platform
 from rehearse.pods import Pod, PodPlan, PodSetupError, Runtime
+from rehearse.ranks import ranks_per_pod
 from rehearse.seams import Clock, NodeLoss, Pending, Placement, WorkloadRef
 
 
@@ -316,7 +318,11 @@ def controller_for(obj: dict[str, Any], options: Options, objects: list[dict[str
 
 def prepare(manifests: Sequence[dict[str, Any]], options: Options) -> Prepared:
     objects = [_namespaced(o) for o in manifests]
-    notes = [
+    rewrites = []
+    if options.ranks_per_pod is not None:
+        objects = copy.deepcopy(objects)
+        rewrites = [note for o in objects for note in ranks_per_pod(o, options.ranks_per_pod)]
+    notes = rewrites + [
         f"skipped {o['kind']}/{o['metadata'].get('name')}: not run by the rehearsal"
         for o in objects
         if o["kind"] not in (*WORKLOAD_KINDS, *HONOURED_KINDS, "Namespace")

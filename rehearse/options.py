@@ -11,14 +11,27 @@ from pathlib import Path
 from rehearse.errors import RehearsalError
 from rehearse.seams import Admission, AlwaysAdmit, ApiServer, Clock, MonotonicClock, Placement, Unconstrained
 
-_KILL = re.compile(r"^(?P<pod>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)@(?P<seconds>\d+(\.\d+)?)$")
+_KILL = re.compile(r"^(?P<pod>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)@(?P<seconds>\d+(\.\d+)?)(,after=(?P<after>[^,]+))?$")
+
+
+def after_path(option: str, text: str, after: str | None) -> Path | None:
+    """The `after=PATH` of a kill option: relative to the output directory, without '..'."""
+    if after is None:
+        return None
+    path = Path(after)
+    if path.is_absolute() or ".." in path.parts:
+        raise RehearsalError(
+            f"{option} {text!r}: after={after} must be relative to the output directory, without '..' "
+            "(a claim's files are under claims/<namespace>/<claim>/)"
+        )
+    return path
 
 
 @dataclass(frozen=True, kw_only=True)
 class Kill:
-    """Kill the first running pod whose name or hostname starts with `pod`, `seconds` into the run, or (API
-    only) `seconds` after the path `after` (relative to the output directory, e.g. a committed checkpoint on a
-    claim: `claims/<ns>/<claim>/...`) first exists, so a test can lose a node at a point of the training."""
+    """Kill the first running pod whose name or hostname starts with `pod`, `seconds` into the run, or `seconds`
+    after the path `after` (relative to the output directory, e.g. a committed checkpoint on a claim:
+    `claims/<ns>/<claim>/...`) first exists, so a run can lose a node at a point of the training."""
 
     pod: str
     seconds: float
@@ -28,8 +41,12 @@ class Kill:
     def parse(cls, text: str) -> Kill:
         m = _KILL.match(text)
         if not m:
-            raise RehearsalError(f"--kill {text!r}: write it as POD@SECONDS, e.g. nvrx-fsdp-1@30")
-        return cls(pod=m.group("pod"), seconds=float(m.group("seconds")))
+            raise RehearsalError(
+                f"--kill {text!r}: write it as POD@SECONDS, e.g. nvrx-fsdp-1@30, or POD@SECONDS,after=PATH, e.g. "
+                "nvrx-fsdp-1@0,after=claims/training/checkpoints/nvrx-fsdp/step_000000002/COMMITTED"
+            )
+        after = after_path("--kill", text, m.group("after"))
+        return cls(pod=m.group("pod"), seconds=float(m.group("seconds")), after=after)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,12 +77,17 @@ class Options:
     # virtualenv with the image's Python and package versions (scripts/image_envs.py). Other images run this
     # process's environment.
     image_python: Mapping[str, Path] = field(default_factory=dict)
+    # At most this many training processes per pod where a workload starts one per GPU (rehearse/ranks.py); None: as
+    # the manifest says. The pods' GPU requests, and so placement and quota, stay the chart's.
+    ranks_per_pod: int | None = None
 
     def __post_init__(self) -> None:
         if self.network not in ("auto", "loopback"):
             raise RehearsalError(f"network={self.network!r}: use 'auto' or 'loopback'")
         if self.timeout_s <= 0:
             raise RehearsalError(f"timeout={self.timeout_s}: must be positive")
+        if self.ranks_per_pod is not None and self.ranks_per_pod < 1:
+            raise RehearsalError(f"ranks_per_pod={self.ranks_per_pod}: must be 1 or more (--ranks-per-pod)")
         if self.backoff_base_s < 0:
             raise RehearsalError(f"backoff_base_s={self.backoff_base_s}: must be 0 or more")
         for path in self.host_paths:

@@ -54,6 +54,7 @@ def heavy_group_of(item: pytest.Item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist appends the group to each test id, and before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tiers.classify(items)  # the `training` marker, from the fixtures and helpers a test uses (tests/tiers.py)
+    tiers.mark_full_rehearsals(items)  # `full_rehearsal`: a rehearsal outside tiers.CI_REHEARSALS
     # A module goes whole to the first heavy group one of its tests needs (its module fixtures then
     # start once); any other module is a group of its own.
     module_group: dict[str, str] = {}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -163,12 +162,6 @@ def test_check_mode_names_stale_pictures_and_the_fix(tmp_path: Path, capsys: pyt
     err = capsys.readouterr().err
     assert "stale architecture pictures: dev" in err
     assert "make docs" in err
-
-
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not installed (make docs installs it)")
-def test_dot_renders_to_png(tmp_path: Path) -> None:
-    [dev, *_] = architecture.write(tmp_path, png=True)
-    assert dev.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_every_add_on_switch_is_drawn() -> None:

@@ -173,3 +173,25 @@ def test_make_test_runs_every_gate_over_a_fresh_synth() -> None:
     assert len(gate_runs) == 1, runs
     assert "--only" not in gate_runs[0]
     assert set(GATES) == {"templates", "cfn-lint", "manifests", "checkov", "runtime-packages", "cdk-nag"}
+
+
+def test_every_ci_rehearsal_names_a_module_or_test_that_exists() -> None:
+    """A renamed or deleted rehearsal must leave tiers.CI_REHEARSALS in the same change (no silent gap in CI)."""
+    for key, behaviour in tiers.CI_REHEARSALS.items():
+        module, _, name = key.partition("::")
+        path = ROOT / module
+        assert module.startswith("tests/rehearse/"), key
+        assert path.is_file(), key
+        tests = {n.name for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)}
+        assert not name or name in tests, f"{key}: no such test in {module}"
+        assert behaviour.strip(), f"{key}: say what only it proves"
+
+
+def test_a_rehearsal_outside_the_ci_list_is_full_and_one_inside_is_not() -> None:
+    inside = "tests/rehearse/test_harness.py::test_an_unknown_network_choice_is_refused"
+    outside = (
+        "tests/rehearse/test_nvrx_faults.py::test_a_rank_exception_is_recovered_from_the_last_committed_checkpoint"
+    )
+    assert tiers.in_ci_rehearsals(inside)
+    assert not tiers.in_ci_rehearsals(outside)
+    assert not tiers.in_ci_rehearsals("tests/rehearse/test_harness.py_other::x")

@@ -29,12 +29,58 @@ TESTS = ROOT / "tests"
 
 # The markers that take a test out of the fast tier; `make test-fast` deselects each (Makefile FAST).
 TRAINING = "training"
-OUT_OF_FAST = ("rehearsal", "slow", TRAINING, "image_env")
+REHEARSAL = "rehearsal"
+FULL_REHEARSAL = "full_rehearsal"
+OUT_OF_FAST = (REHEARSAL, "slow", TRAINING, "image_env", FULL_REHEARSAL)
 # Markers whose tests `make test` (CI) does not run, each with the reason (tests/test_tiers.py).
 OUTSIDE_CI: dict[str, str] = {
     "image_env": "needs the per-image virtualenvs (make image-envs: about 5.7 GB to download and 12.5 GB of disk, "
     "44 min to build on this machine; docs/testing.md), which CI's 90 minutes cannot afford; run by make test-image",
+    FULL_REHEARSAL: "a process-level rehearsal whose behaviour a cheaper test proves (docs/testing.md names it); CI "
+    "runs CI_REHEARSALS only, to keep make test inside its 12 minutes; run by make test-rehearsal",
 }
+
+# The process-level rehearsals `make test` (CI) runs: a module of tests/rehearse (all its `rehearsal` tests) or one
+# test, each with what only it proves. Every other `rehearsal` test is marked `full_rehearsal` at collection and runs
+# in `make test-rehearsal` only. A rehearsal costs CI seconds to minutes on 2 cores: add one here only for a behaviour
+# that no fake-runtime, unit or training-process test can show, and say which (docs/testing.md, the budgets).
+CI_REHEARSALS: dict[str, str] = {
+    "tests/rehearse/test_harness.py": "namespaces: private emptyDir and /tmp, a shared claim, ConfigMap files, "
+    "headless-Service DNS, hostnames and JOB_COMPLETION_INDEX, real exit codes through backoffLimit and "
+    "podFailurePolicy, --kill as a DisruptionTarget, the loopback fallback",
+    "tests/rehearse/test_container_restarts.py": "the kubelet's restarts of real processes per restartPolicy, init "
+    "containers and native sidecars, with the back-off",
+    "tests/rehearse/test_pod_api.py": "native sidecars around a real main container, start errors (128), termination "
+    "messages from the file and the log",
+    "tests/rehearse/test_reaping.py": "many sub-second pods reaped without a lost exit",
+    "tests/rehearse/test_image_python.py": "an image's containers run its own Python first on PATH",
+    "tests/rehearse/test_input_runs.py": "trainctl rehearse as a user runs it: a directory and generateName, "
+    "--skip-unsupported's exit 3, Ctrl-C stopping every pod, and the README's command, which is the NVRx chart's "
+    "pod-loss rehearsal: pod 1 lost uncounted, then pod 0 (the rendezvous host) costing one counted failure, the job "
+    "resuming from the claim both times",
+    "tests/rehearse/cluster/test_cluster_rehearsal.py": "real pods on the cluster model's nodes: placement, a pod "
+    "Pending with kube-scheduler's reason, node loss in scaled cluster time, the CLI's options",
+    "tests/rehearse/test_nvrx_faults.py::test_a_sigkilled_rank_is_restarted_by_ft_launcher_from_the_last_committed_"
+    "checkpoint": "a SIGKILLed rank inside the chart's pods: ft_launcher's min-healthy restart on both pods, the "
+    "resume from the last committed checkpoint on the claim",
+    "tests/rehearse/cluster/test_fabric_gate_rehearsal.py::test_a_node_the_gate_fails_under_the_ray_job_is_tainted_"
+    "and_the_retried_cluster_completes_elsewhere": "the fabric gate in a real Ray job: its rank 0 taints the node "
+    "through the API server with the pod's token, RBAC and admission policy deciding; the driver exits 75, KubeRay "
+    "retries on a new cluster placed off the taint, Kueue keeps the admission",
+    "tests/rehearse/test_rayjob.py::test_a_minimal_ray_is_refused_before_any_pod_starts": "the refusal of a Ray "
+    "without the dashboard's dependencies, before any pod starts",
+}
+
+
+def in_ci_rehearsals(nodeid: str) -> bool:
+    return any(nodeid == key or nodeid.startswith(key + "::") for key in CI_REHEARSALS)
+
+
+def mark_full_rehearsals(items: Sequence[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker(REHEARSAL) and not in_ci_rehearsals(item.nodeid.split("[", 1)[0]):
+            item.add_marker(FULL_REHEARSAL)
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 _TAG = "__starts_training_processes__"

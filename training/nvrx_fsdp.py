@@ -13,6 +13,12 @@ Data is a pure function of (seed, rank, step), so an interrupted and resumed run
 # No `from __future__ import annotations` here: NVRx's Wrapper finds the parameter to inject its CallWrapper into by
 # comparing the evaluated annotation (inspect.signature) with its CallWrapper class; string annotations break that.
 
+if __name__ == "__main__":
+    # A --check-args run on CPU answers before torch and transformers are imported (training/nvrx_check.py).
+    from training.nvrx_check import exit_if_check_only_on_cpu
+
+    exit_if_check_only_on_cpu()
+
 import contextlib
 import datetime
 import functools
@@ -45,6 +51,7 @@ from training.data import BatchSource, PackedBatches, SyntheticBatches, read_tex
 from training.faults import FaultInjector, FaultKind, FaultSpec, check_rank
 from training.fsdp import load_model, shard_model
 from training.journal import Event, Journal, read_journal, summarize
+from training.nvrx_check import arguments_ok
 from training.nvrx_config import (
     DeviceChoice,
     InprocessConfig,
@@ -112,7 +119,7 @@ def check_job(job: Job) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_BAD_ARGUMENTS
-    print(f"arguments ok: {job.steps} steps on {plan.device_type} ({plan.backend}), checkpoints in {job.ckpt_dir}")
+    print(arguments_ok(job, plan.device_type, plan.backend))
     return 0
 
 

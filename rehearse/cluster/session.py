@@ -26,7 +26,6 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.spec import ConfigError, Environment, get_environment
@@ -47,7 +46,7 @@ from rehearse.cluster.kueue import (
 from rehearse.cluster.nodes import ClusterNode, build_nodes
 from rehearse.cluster.placement import ClusterPlacement, NodeKill, node_address
 from rehearse.errors import RehearsalError
-from rehearse.options import Options
+from rehearse.options import Options, after_path
 from rehearse.seams import Clock, Pending
 
 if TYPE_CHECKING:
@@ -69,12 +68,7 @@ def parse_node_kill(text: str) -> NodeKill:
             f"--kill-node {text!r}: write it as NODE@SECONDS, e.g. g6-0@120 (cluster seconds), or "
             "NODE@SECONDS,after=PATH, e.g. g6-0@0,after=claims/training/checkpoints/nvrx-fsdp/step_000000002/COMMITTED"
         )
-    after = Path(m.group("after")) if m.group("after") else None
-    if after is not None and (after.is_absolute() or ".." in after.parts):
-        raise RehearsalError(
-            f"--kill-node {text!r}: after={after} must be relative to the output directory, without '..' "
-            "(a claim's files are under claims/<namespace>/<claim>/)"
-        )
+    after = after_path("--kill-node", text, m.group("after"))
     return NodeKill(node=m.group("node"), seconds=float(m.group("seconds")), after=after)
 
 

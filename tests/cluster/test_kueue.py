@@ -563,16 +563,20 @@ def test_ray_pods_ready_is_the_state_kuberay_sets_once(dist: Path) -> None:
     assert kinds(kueue.advance(24 * 60 * MIN)) == []
 
 
-# -- the issue-22 findings on the project's own queues and dist/ workloads (xfail until fixed)
+# -- the issue-22 findings on the project's own queues and dist/ workloads (each passes since its fix landed)
 
 
-def _autoscale_to_max(kueue: Kueue, cluster: Mapping[str, Any], now: float) -> None:
-    """What the Ray autoscaler does when a task asks for the GPUs: workers up to maxReplicas (only
-    an elastic cluster can grow once admitted)."""
-    workload = kueue.workload(key(cluster))
-    if workload.spec.elastic:
-        groups = cluster["spec"]["workerGroupSpecs"]
-        kueue.scale(key(cluster), {g["groupName"].lower(): int(g["maxReplicas"]) for g in groups}, now)
+def _resize_to_max(kueue: Kueue, cluster: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """The RayCluster (no autoscaler) given every worker its groups allow, as docs/workloads.md resizes it (`kubectl
+    patch` of workerGroupSpecs[*].replicas): the Workload no longer matches the cluster, so Kueue replaces it and
+    admits head and workers anew as one gang (reconciler.go ensureOneWorkload); here, the old Workload deleted and
+    the patched cluster submitted. Returns the patched cluster."""
+    resized = copy.deepcopy(dict(cluster))
+    for group in resized["spec"]["workerGroupSpecs"]:
+        group["replicas"] = int(group["maxReplicas"])
+    kueue.delete(key(cluster), now)
+    kueue.submit(resized, now)
+    return resized
 
 
 def test_one_workload_on_an_unscaled_group_does_not_freeze_the_other_queues(dist: Path) -> None:
@@ -626,38 +630,52 @@ def test_with_quota_above_the_nodes_a_stuck_gang_holds_only_its_own_queue(dist: 
     assert history[-1][0] == "Deactivated"
 
 
-def test_autoscaled_ray_workers_go_through_the_gang_guard(dist: Path) -> None:
-    """dev as deployed (g6 at 0 nodes): workers the autoscaler adds stay Pending; Kueue must not
-    count them ready."""
+def test_the_ray_clusters_workers_come_only_as_one_gang_through_the_pods_ready_guard(dist: Path) -> None:
+    """Issue 22 #3. dev with g6's quota at max_size and its nodes not up. The deployed RayCluster is no elastic job,
+    so no autoscaler can add workers as a slice of their own (such a slice is PodsReady at once: see
+    test_ray_pods_ready_is_the_state_kuberay_sets_once). Workers come only with a resize, which Kueue admits as one
+    gang with the head; with every worker Pending it is not PodsReady, and waitForPodsReady evicts it."""
     kueue = platform_kueue("dev")
     cluster = dist_objects(dist, "dev")["training"]
     kueue.submit(cluster, 0)
     kueue.pods_ready(key(cluster), ray_cluster_pods_ready("ready"), MIN)
-    _autoscale_to_max(kueue, cluster, 5 * MIN)
-    workload = kueue.workload(key(cluster))
-    counts = kueue.admitted_counts(key(cluster)) or {}
-    assert counts.get("g6", 0) == 0 or not workload.pods_ready, (
-        f"{workload.name} admitted {counts} and is PodsReady={workload.pods_ready} "
-        f"({workload.conditions['PodsReady'].reason}) with every worker Pending"
-    )
+    with pytest.raises(UnsupportedError, match=r"only an elastic job \(kueue.x-k8s.io/elastic-job\) changes size"):
+        kueue.scale(key(cluster), {g["groupName"]: 1 for g in cluster["spec"]["workerGroupSpecs"]}, 5 * MIN)
+    resized = _resize_to_max(kueue, cluster, 5 * MIN)
+    workers = {g["groupName"]: int(g["maxReplicas"]) for g in resized["spec"]["workerGroupSpecs"]}
+    assert sum(workers.values()) > 0
+    assert kueue.admitted_counts(key(resized)) == {"head": 1, **workers}
+    workload = kueue.workload(key(resized))
+    assert not workload.pods_ready, f"{workload.name} is PodsReady with every worker Pending"
+    timeout = rendered_config("dev").wait_for_pods_ready.timeout
+    (evicted,) = [e for e in kueue.advance(5 * MIN + timeout) if e.job == key(resized)]
+    assert (evicted.kind, evicted.time) == ("Evicted", 5 * MIN + timeout)
+    assert evicted.message == f"Exceeded the PodsReady timeout {resized['metadata']['namespace']}/{workload.name}"
 
 
-def test_pending_ray_workers_do_not_keep_the_groups_quota(dist: Path) -> None:
+def test_pending_ray_workers_hold_the_groups_quota_only_until_the_pods_ready_timeout(dist: Path) -> None:
+    """The NVRx job waits behind a resized RayCluster's Pending workers only until waitForPodsReady evicts the
+    cluster, not for as long as the cluster lives."""
     kueue = platform_kueue("dev")
     objects = dist_objects(dist, "dev")
     cluster, nvrx = objects["training"], objects["nvrx-fsdp"]
     kueue.submit(cluster, 0)
     kueue.pods_ready(key(cluster), ray_cluster_pods_ready("ready"), MIN)
-    _autoscale_to_max(kueue, cluster, 5 * MIN)
+    resized = _resize_to_max(kueue, cluster, 5 * MIN)
     kueue.submit(nvrx, 10 * MIN)
+    waiting = kueue.workload(key(nvrx)).conditions["QuotaReserved"].message
+    assert "insufficient unused quota for nvidia.com/gpu in flavor gpu-g6" in waiting
     kueue.advance(24 * 60 * MIN)
-    admitted = [e for e in kueue.history if e.job == key(nvrx) and e.kind == "Admitted"]
-    pending = [e for e in kueue.history if e.job == key(nvrx) and e.kind == "Pending"]
-    assert admitted, f"nvrx-fsdp never admitted in 24 h: {pending[-1].message if pending else None}"
+    evicted = [e.time for e in kueue.history if e.job == key(resized) and e.kind == "Evicted"]
+    admitted = [e.time for e in kueue.history if e.job == key(nvrx) and e.kind == "Admitted"]
+    assert evicted, "the resized cluster was never evicted"
+    assert admitted, f"nvrx-fsdp never admitted in 24 h: {kueue.workload(key(nvrx)).conditions['QuotaReserved']}"
+    assert admitted[0] == evicted[0] == 5 * MIN + rendered_config("dev").wait_for_pods_ready.timeout
 
 
 def test_a_finished_rayjob_frees_its_nodes_when_kueue_frees_its_quota(dist: Path) -> None:
-    """Issue 22 #2 (xfail until k8s/workloads.py set ttlSecondsAfterFinished to 60 s; it was 600)."""
+    """Issue 22 #2: k8s/workloads.py sets ttlSecondsAfterFinished to 60 s (it was 600, and the NVRx job was
+    admitted onto nodes the finished RayJob's workers still held)."""
     kueue = platform_kueue("dev")
     objects = dist_objects(dist, "dev")
     rayjob, nvrx = objects["qwen-finetune"], objects["nvrx-fsdp"]

@@ -1,11 +1,18 @@
-"""`python -m training.fabric_analyzer` and `trainctl fabric-check` as real processes: output, stdin, exit codes."""
+"""`python -m training.fabric_analyzer` and `trainctl fabric-check`: output, stdin, exit codes.
+
+Each entry point runs as a real process once (its exit code, stdin and streams, test_real_processes_...); the other
+tests call the same `main` in this process, with stdin, stdout and stderr swapped and SystemExit read as the exit
+code, which is what the process would do (each real process costs a torch-free interpreter start, 1 to 5 s here)."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +21,7 @@ import pytest
 from tests.fabric_analyzer.test_corpus import CORPUS
 from trainctl import cli
 from trainctl.commands import fabric_check
+from training import fabric_analyzer
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60
@@ -27,9 +35,13 @@ COMMANDS = {
     "module": [sys.executable, "-m", "training.fabric_analyzer"],
     "trainctl": [sys.executable, "-m", "trainctl", "fabric-check"],
 }
+MAINS: dict[str, Callable[[Sequence[str]], int]] = {
+    "module": fabric_analyzer.main,
+    "trainctl": lambda argv: cli.main(["fabric-check", *argv]),
+}
 
 
-def run(command: str, *args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_process(command: str, *args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*COMMANDS[command], *map(str, args)],
         cwd=ROOT,
@@ -39,6 +51,23 @@ def run(command: str, *args: str | Path, stdin: str | None = None) -> subprocess
         timeout=TIMEOUT,
         check=False,
     )
+
+
+def run(command: str, *args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command's `main` in this process, as the process would run it (stdin, streams, exit code)."""
+    out, err = io.StringIO(), io.StringIO()
+    fake_stdin = io.TextIOWrapper(io.BytesIO((stdin or "").encode()), encoding="utf-8")
+    saved = sys.stdin
+    sys.stdin = fake_stdin
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = MAINS[command]([str(a) for a in args])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.stdin = saved
+    return subprocess.CompletedProcess([command, *map(str, args)], int(code), out.getvalue(), err.getvalue())
 
 
 def as_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -52,6 +81,14 @@ def as_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def command(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name
+
+
+def test_real_processes_read_stdin_and_exit_with_the_verdicts_code(command: str) -> None:
+    done = run_process(command, "--json", "-", stdin=MIXED_LOG.read_text(encoding="utf-8"))
+    assert (done.returncode, json.loads(done.stdout)["sources"]) == (1, ["<stdin>"])
+    bad = run_process(command, "--no-such-flag")
+    assert bad.returncode == 2
+    assert "usage:" in bad.stderr
 
 
 def test_all_efa_exits_0_with_a_table(command: str) -> None:

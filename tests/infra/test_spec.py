@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -21,7 +22,7 @@ from infra.spec import (
 )
 from infra.spec.addressing import addresses_per_node, gpu_zone_demand, max_pods
 from infra.spec.environments import LOG_RETENTION_DAYS
-from infra.spec.instances import INSTANCE_TYPES
+from infra.spec.instances import INSTANCE_TYPES, InstanceType
 from infra.spec.namespaces import NamespaceSpec
 
 DEV = ENVIRONMENTS["dev"]
@@ -215,10 +216,20 @@ def test_subnet_sizing_and_the_kubelet_use_one_max_pods() -> None:
 
 
 def test_addresses_per_node() -> None:
-    assert addresses_per_node(INSTANCE_TYPES["m7i.xlarge"]) == 60
-    assert addresses_per_node(INSTANCE_TYPES["g6.12xlarge"]) == 240
-    # An upper bound (docs/deploy.md): ceil(100 / 49) + 1 warm = 4 ENIs x 50.
-    assert addresses_per_node(INSTANCE_TYPES["p5.48xlarge"]) == 200
+    """ENIs for max_pods secondary IPs (each ENI keeps one address of its own) plus one warm ENI, at most the
+    instance's ENI limit, each taking ipv4_per_interface addresses (infra/spec/addressing.py)."""
+    m7i, g6, p5 = (INSTANCE_TYPES[name] for name in ("m7i.xlarge", "g6.12xlarge", "p5.48xlarge"))
+
+    def enis_wanted(spec: InstanceType) -> int:
+        return math.ceil(max_pods(spec) / (spec.ipv4_per_interface - 1)) + 1
+
+    # m7i and g6: their pods want more ENIs than the instance takes, so every ENI it can attach counts.
+    for spec in (m7i, g6):
+        assert enis_wanted(spec) > spec.max_network_interfaces, spec.name
+        assert addresses_per_node(spec) == spec.max_network_interfaces * spec.ipv4_per_interface, spec.name
+    # p5: fewer than its ENI limit, an upper bound (docs/deploy.md): ceil(100 / 49) + 1 warm = 4 ENIs x 50.
+    assert enis_wanted(p5) < p5.max_network_interfaces
+    assert addresses_per_node(p5) == enis_wanted(p5) * p5.ipv4_per_interface
 
 
 def test_prod_gpu_zone_budget_matches_the_documented_figure() -> None:
@@ -334,10 +345,10 @@ def test_malformed_placement_group_name(name: str) -> None:
 def test_addon_pod_table_rows_are_whole_records() -> None:
     """infra/spec/addon_pods.py builds its records from one table: each row a distinct pod with its kind, a
     source, and instance types exactly where it selects GPU instance types."""
-    from infra.spec.addon_pods import ADDON_PODS, DCGM_EXPORTER_INSTANCE_TYPES, Where
+    from infra.spec.addon_pods import _TABLE, ADDON_PODS, DCGM_EXPORTER_INSTANCE_TYPES, Where
 
     names = [pod.name for pod in ADDON_PODS]
-    assert len(names) == len(set(names)) == 15
+    assert len(names) == len(set(names)) == len(_TABLE)
     assert {pod.kind for pod in ADDON_PODS} == {"DaemonSet", "Deployment"}
     assert all(pod.source and pod.replicas >= 1 for pod in ADDON_PODS)
     assert [(p.name, p.instance_types) for p in ADDON_PODS if p.instance_types or p.where is Where.GPU_TYPES] == [

@@ -19,6 +19,7 @@ from infra.spec.fabric_floors import floor_gbps, floor_message_bytes
 from k8s.charts.fabric import FabricJob, FabricJobsChart
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
+from k8s.ray_spec import RAY_IMAGE
 from tests.conftest import ROOT
 
 DIGEST = "sha256:" + hashlib.sha256(b"fabric chart test image").hexdigest()
@@ -151,7 +152,10 @@ def test_fabric_pods_check_their_preconditions_before_the_probe(tmp_path: Path, 
     exits 2 naming what it lacks, and the probe never starts."""
     job = next(o for o in _objects("dev") if o["kind"] == "Job" and o["metadata"]["name"] == f"fabric-{kind}-g6")
     script = _script(job)
-    assert "python -m training.pod_checks --python 3.13 --package torch==2.13.0" in script
+    image = LOCK.get(RAY_IMAGE).runtime
+    assert image is not None
+    wanted = f"--python {image.python} --package torch=={image.packages['torch']}"
+    assert f"python -m training.pod_checks {wanted}" in script
     assert "--nccl-net-plugin ofi --efa-devices 1 --memlock unlimited" in script
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -169,7 +173,12 @@ def test_fabric_pods_check_their_preconditions_before_the_probe(tmp_path: Path, 
         timeout=120,
     )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "FAIL python: Python 3.11" in result.stdout or sys.version_info[:2] == (3, 13)
+    # The script's `python` is this interpreter (PATH above): its check passes only where it is the image's Python.
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if here == image.python:
+        assert f"ok   python: Python {here}\n" in result.stdout
+    else:
+        assert f"FAIL python: Python {here}, the workload needs {image.python}" in result.stdout
     assert "FAIL efa devices" in result.stdout
     assert not (tmp_path / "probe-ran").exists()
 

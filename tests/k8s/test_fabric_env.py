@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +14,7 @@ import yaml
 
 from infra.spec.instances import INSTANCE_TYPES
 from k8s.fabric_env import OFI_NETWORK_NAME, FabricProfile, fabric_env
+from tests.conftest import ROOT
 
 P5 = INSTANCE_TYPES["p5.48xlarge"]
 G6 = INSTANCE_TYPES["g6.12xlarge"]
@@ -55,8 +59,29 @@ def test_efa_profile_refused_on_an_instance_without_efa() -> None:
         fabric_env(INSTANCE_TYPES["m7i.xlarge"])
 
 
-def test_order_is_stable() -> None:
-    assert list(fabric_env(P5)) == list(fabric_env(P5))
+def _orders() -> list[str]:
+    """Each instance and profile with fabric_env's variable names in the order it gives them."""
+    pairs = [(i, p) for i in (P5, G6) for p in FabricProfile]
+    return [f"{i.name} {p.value}: {' '.join(fabric_env(i, p))}" for i, p in pairs]
+
+
+def test_order_is_the_same_whatever_the_hash_seed() -> None:
+    """The manifests list the variables in fabric_env's order (k8s/ray_spec.py env_list), so that order must not
+    depend on the process: built from a set anywhere, it would follow PYTHONHASHSEED and reorder every container's
+    env from one synth to the next. Fresh interpreters with different seeds give the order this one does."""
+    program = "from tests.k8s.test_fabric_env import _orders\nprint('\\n'.join(_orders()))"
+    here = _orders()
+    for seed in ("0", "1", "2", "3"):
+        done = subprocess.run(
+            [sys.executable, "-c", program],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == here, f"PYTHONHASHSEED={seed}"
 
 
 @pytest.mark.parametrize("instance", [P5, G6], ids=lambda i: i.name)

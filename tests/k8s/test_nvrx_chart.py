@@ -286,6 +286,19 @@ def test_check_args_exits_2_on_a_bad_flag_and_on_a_missing_device(prod: Any, tmp
     assert not list(tmp_path.iterdir())  # nothing started, nothing written
 
 
+def test_check_args_on_cpu_answers_before_torch_is_imported(prod: Any, tmp_path: Path) -> None:
+    # Each pod runs --check-args before ft_launcher starts its ranks; on CPU the answer needs no torch (one import of
+    # torch and transformers a pod instead of two: training/nvrx_check.py).
+    chart, _ = prod
+    argv = [a.replace("/checkpoints", str(tmp_path)) for a in chart.training_argv]
+    done = _check_args(["-X", "importtime", *argv], PLATFORM_REHEARSAL="cpu")
+    assert done.returncode == 0, done.stderr
+    assert "arguments ok: 2000 steps on cpu (gloo)" in done.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "training.nvrx_config" in imported
+    assert not {"torch", "transformers", "numpy"} & imported, sorted(imported)
+
+
 @pytest.mark.parametrize("nodes", [2, 5, 8])
 def test_prod_takes_two_to_eight_p5_nodes(nodes: int) -> None:
     chart, objects = _chart("prod", NvrxFsdpJob(nodes=nodes))

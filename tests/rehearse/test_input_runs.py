@@ -1,6 +1,6 @@
 """`trainctl rehearse` as a user runs it (a subprocess): valid input kubectl accepts runs (issue 27 finding 6),
 `--skip-unsupported` never exits 0 (finding 5), Ctrl-C stops every pod and exits 130 without a traceback,
-and the README's rehearsal command finishes Complete (finding 9).
+and the README's rehearsal command, which loses pod 1 and then pod 0 of the NVRx job, completes (finding 9).
 
 Fixtures are written here after the Kubernetes 1.36 documentation's Job examples (concepts/workloads/
 controllers/job: a Job with restartPolicy Never and one short container) and kubectl's List handling
@@ -8,6 +8,7 @@ controllers/job: a Job with restartPolicy Never and one short container) and kub
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -43,11 +44,13 @@ def job(name: str, code: str = "print('done')", generate: bool = False) -> dict[
     }
 
 
-def trainctl(*argv: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def trainctl(
+    *argv: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "trainctl", "rehearse", *argv],
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -130,14 +133,38 @@ def readme_rehearsal_command() -> list[str]:
     return shlex.split(match.group(1))
 
 
-def test_the_readme_rehearsal_command_completes_as_written(dist: Path, tmp_path: Path) -> None:
+def test_the_readme_rehearsal_command_loses_pod_1_then_pod_0_and_the_job_resumes_from_the_claim(
+    dist: Path, tmp_path: Path
+) -> None:
+    """The README's command as written, which is also the CI's pod-loss rehearsal of the NVRx chart (dev, its FSx
+    claim): pod 1 lost after the step-2 checkpoint is replaced without counting (DisruptionTarget, the Job's Ignore
+    rule); pod 0 lost after step 4 takes the c10d store with it, so pod 1's launcher fails on a healthy node and that
+    one failure counts against backoffLimit; the job completes, resuming from the claim both times."""
     argv = readme_rehearsal_command()
-    assert "--scale" in argv, argv
+    assert {"--scale", "--ranks-per-pod"} <= set(argv), argv
     (tmp_path / "dist").symlink_to(dist)
-    result = trainctl(*argv[2:], cwd=tmp_path, timeout=900)
+    result = trainctl(*argv[2:], cwd=tmp_path, timeout=900, env={"TMPDIR": str(tmp_path)})
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-6000:]
     assert "Job/nvrx-fsdp (training): Complete" in out
     assert "--scale small set --model" in out
-    # The node loss the README promises landed while the job ran, and its replacement finished the index.
-    assert "killing pod nvrx-fsdp-1-" in out, out[-6000:]
+    assert "--ranks-per-pod 1 set --nproc-per-node 4 -> 1" in out, out[-6000:]
+    rows = re.findall(r"^\s*(nvrx-fsdp-\d-\w+)\s.*?\s(Succeeded|Failed)(/DisruptionTarget)?\s", result.stdout, re.M)
+    assert rows, result.stdout[-6000:]
+    lost = [pod for pod, phase, disruption in rows if disruption]
+    counted = [pod for pod, phase, disruption in rows if phase == "Failed" and not disruption]
+    succeeded = sorted(pod[: len("nvrx-fsdp-0")] for pod, phase, _ in rows if phase == "Succeeded")
+    # Pod 1 first, then pod 0, each lost as its node is; pod 0's loss cost pod 1 one counted failure.
+    killed = re.findall(r"^note: killed pod (nvrx-fsdp-\d-\w+) at ", result.stdout, re.M)
+    assert [pod[: len("nvrx-fsdp-0")] for pod in killed] == ["nvrx-fsdp-1", "nvrx-fsdp-0"], result.stdout[-6000:]
+    assert sorted(lost) == sorted(killed)
+    assert [pod[: len("nvrx-fsdp-0")] for pod in counted] == ["nvrx-fsdp-1"], result.stdout[-6000:]
+    assert succeeded == ["nvrx-fsdp-0", "nvrx-fsdp-1"]
+    (logs,) = re.findall(r"logs under (\S+)/pods/", result.stdout)
+    report = json.loads((Path(logs) / "claims/training/checkpoints/nvrx-fsdp/metrics.json").read_text())
+    # A fresh start, then a resume from the step-2 checkpoint on the claim, then from step 4; one rank per pod.
+    resumed = [r["step"] for r in report["resumes"]]
+    assert (resumed[0], resumed[-1]) == (0, 4), report["resumes"]
+    assert 2 in resumed, report["resumes"]
+    assert report["step_times"][-1]["step"] == 6
+    assert report["world_size"] == 2

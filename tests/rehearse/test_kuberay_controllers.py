@@ -312,3 +312,25 @@ def test_ray_start_advertises_the_gpus_kuberay_would_so_ray_places_workers_as_on
     assert "--num-gpus=0" in commands["headgroup"]
     assert "--num-gpus=4" in commands["g6"]
     assert "--num-gpus=8" in commands["p5"]
+
+
+def test_ray_pods_poll_ray_train_health_every_half_second_unless_the_manifest_says_otherwise() -> None:
+    # A rehearsal difference (docs/workloads.md): Ray Train's controller notices a run's end at its next poll.
+    worker = {
+        "groupName": "g6",
+        "replicas": 1,
+        "template": {"spec": {"containers": [{"name": "ray-worker", "image": "x", "env": []}]}},
+    }
+    own = {"name": "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "value": "3"}
+    set_by_chart = {
+        **worker,
+        "groupName": "own",
+        "template": {"spec": {"containers": [{"name": "w", "image": "x", "env": [own]}]}},
+    }
+    spec = {"headGroupSpec": GROUP, "workerGroupSpecs": [worker, set_by_chart]}
+    plans = RayClusterPods("c", NS, spec, "RayCluster/c").plans()
+    intervals = {
+        p.labels["ray.io/group"]: [e["value"] for e in p.spec["containers"][0]["env"] if e["name"] == own["name"]]
+        for p in plans
+    }
+    assert intervals == {"headgroup": ["0.5"], "g6": ["0.5"], "own": ["3"]}

@@ -73,6 +73,7 @@ def test_dev_ray_finetune_completes_on_a_head_and_two_worker_pods(
             backoff_base_s=1.0,
             timeout_s=420.0,
             image_python=image_pythons(lock),
+            ranks_per_pod=1,
         ),
     )
     finetune = result.workload("qwen-finetune")

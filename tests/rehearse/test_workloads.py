@@ -1,8 +1,8 @@
 """The project's own workloads, synthesized through the real charts with small settings and the
 check lock (as the `dist` session fixture does), rehearsed as pods on CPU with a tiny model.
 
-Defects of issue 17 show up here first; those tests are xfail(strict=True) and flip when the
-workload fix lands."""
+Each test asserts what a real run of the workload needs, so a workload defect (issue 17's showed up
+here first) fails its test until the workload is fixed; none is marked xfail."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ def rehearse(tmp_path: Path, manifests: list[dict[str, Any]], model: Path, **opt
     options.setdefault("timeout_s", 480.0)
     # With IMAGE_ENVS=1 (make test-image) each image's pods run its own environment (tests/image_envs.py).
     options.setdefault("image_python", image_pythons(check_lock(ImageLock.load())))
+    # One rank per pod (rehearse/ranks.py): the chart's 4 per g6 pod cost minutes of imports on 2 cores.
+    options.setdefault("ranks_per_pod", 1)
     return run(manifests, Options(output_dir=tmp_path / "out", host_paths=(model,), backoff_base_s=1.0, **options))
 
 

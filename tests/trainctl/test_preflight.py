@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +36,10 @@ from tests.trainctl.fake_iam import IamDenied
 from trainctl.aws import Aws, ErrorKind
 from trainctl.cli import main
 from trainctl.exit_codes import ExitCode
+from trainctl.preflight.addons import environment_addons
 from trainctl.preflight.chart import ALL_CHARTS, chart_checks
+from trainctl.preflight.leftover import control_plane_log_group
+from trainctl.preflight.quota import quota_for
 from trainctl.preflight.report import PreflightReport
 from trainctl.preflight.results import Check, CheckResult, Status
 from trainctl.preflight.runner import preflight, run_checks
@@ -758,24 +762,44 @@ def test_no_credentials_is_exit_2_with_every_check_not_run(
     document = json.loads(out)
     assert code == document["exit_code"] == ExitCode.ERROR
     assert err == ""  # --quiet: no progress lines; a NOT RUN row is no error line
+    groups = PROD.gpu_node_groups
+    on_demand = [g for g in groups if g.capacity.kind is CapacityKind.ON_DEMAND]
+    # The leftovers' EKS cluster, log group and file systems; with no cluster found, no row per node group.
+    leftovers = [f"EKS cluster {PROD.cluster.name}", f"log group {control_plane_log_group(PROD)}", "FSx file systems"]
+    # The rows that need AWS: per GPU group, per vCPU quota of the on-demand groups, per add-on prod installs, per
+    # admin principal; one for Kubernetes, one for the VPC (none found, so no row per subnet); the leftovers.
+    expected = {
+        "offering": len(groups),
+        "instance": len(groups),
+        "quota": len({quota_for(g.instance_type) for g in on_demand}),
+        "kubernetes": 1,
+        "add-on": len(environment_addons(PROD)),
+        "subnet": 1,
+        "admin": len(PROD.cluster.admin_principals),
+        "leftover": len(leftovers),
+    }
     not_run = [c for c in document["checks"] if not c["ran"]]
-    assert document["counts"]["could_not_run"] == len(not_run) == 19
+    assert Counter(c["check"] for c in not_run) == expected
+    assert [c["subject"] for c in not_run if c["check"] == "leftover"] == leftovers
+    assert document["counts"]["could_not_run"] == len(not_run) == sum(expected.values())
     assert {(c["status"], c["error_kind"]) for c in not_run} == {("NOT RUN", "no-credentials")}
     # Only the capacity rows of on-demand groups and the chart rows need no AWS call.
-    assert [(c["check"], c["status"]) for c in document["checks"] if c["ran"]] == [("capacity", "PASS")] * 2 + [
-        ("chart", "PASS")
-    ] * len(HELM_CHARTS)
+    ran = [("capacity", "PASS")] * len(on_demand) + [("chart", "PASS")] * len(HELM_CHARTS)
+    assert [(c["check"], c["status"]) for c in document["checks"] if c["ran"]] == ran
     assert document["checks"][0]["reason"].startswith(
         "could not run: ec2:DescribeInstanceTypeOfferings: no AWS credentials found"
     )
-    assert document["summary"].startswith("preflight incomplete for environment prod in us-east-2: 19 of 25 check(s)")
+    rows = sum(expected.values()) + len(ran)
+    assert document["summary"].startswith(
+        f"preflight incomplete for environment prod in us-east-2: {sum(expected.values())} of {rows} check(s)"
+    )
     # Each row names its own call; the table lists the one shared fix once.
     assert {c["check"]: c["reason"].split(": ")[1] for c in not_run}["add-on"] == "eks:DescribeAddonVersions"
     code, out, _ = run_cli(capsys, "--env", "prod", charts)
     assert code == ExitCode.ERROR
     fixes = out.split("\nfixes:\n")[1].split("\n\n")[0].splitlines()
     assert fixes == [
-        "  19 rows (offering, instance, quota, kubernetes, add-on, subnet, admin, leftover): configure credentials "
+        f"  {sum(expected.values())} rows ({', '.join(expected)}): configure credentials "
         "(aws configure, aws sso login, AWS_PROFILE or --profile) and run again"
     ]
 
@@ -785,7 +809,9 @@ def test_unreachable_ec2_is_not_run_and_not_retried_for_every_call(
 ) -> None:
     results = checks(PROD, aws("us-east-2", dead_url, eks, quotas, others=moto.url, max_attempts=1))
     ec2_rows = [r for r in results if r.check in (Check.OFFERING, Check.INSTANCE, Check.SUBNET)]
-    assert len(ec2_rows) == 5
+    # One offering and one instance row per GPU group; one subnet row, as the VPC lookup itself failed.
+    groups = len(PROD.gpu_node_groups)
+    assert [r.check for r in ec2_rows] == [Check.OFFERING] * groups + [Check.INSTANCE] * groups + [Check.SUBNET]
     assert all(r.error_kind == ErrorKind.UNREACHABLE for r in ec2_rows)
     # Both offering rows share the first call's error; every later EC2 call fails at once.
     assert ec2_rows[0].reason == ec2_rows[1].reason

@@ -44,18 +44,28 @@ COMMITTED: dict[str, Any] = json.loads(gb.COMMITTED_MANIFEST.read_text())
 
 
 def make_wheel(
-    directory: Path, name: str, version: str, requires: tuple[str, ...] = (), files: dict[str, bytes] | None = None
+    directory: Path,
+    name: str,
+    version: str,
+    requires: tuple[str, ...] = (),
+    files: dict[str, bytes] | None = None,
+    *,
+    tag: str = "py3-none-any",
+    executables: tuple[str, ...] = (),
 ) -> Path:
-    """A pure-Python wheel with METADATA, WHEEL and a RECORD that lists every file."""
+    """A wheel (pure Python unless `tag` says otherwise) with METADATA, WHEEL and a RECORD that lists every file;
+    the members named in `executables` carry mode 755, as a binary such as Ray's raylet does."""
     dist = f"{name.replace('-', '_')}-{version}"
-    path = directory / f"{dist}-py3-none-any.whl"
+    path = directory / f"{dist}-{tag}.whl"
     metadata_text = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nRequires-Python: >=3.10\n"
     metadata_text += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    purelib = "true" if tag == "py3-none-any" else "false"
+    wheel_text = f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {purelib}\nTag: {tag}\n"
     contents = {
         f"{name.replace('-', '_')}/__init__.py": b"",
         **(files or {}),
         f"{dist}.dist-info/METADATA": metadata_text.encode(),
-        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}.dist-info/WHEEL": wheel_text.encode(),
     }
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
@@ -64,7 +74,12 @@ def make_wheel(
     writer.writerow([f"{dist}.dist-info/RECORD", "", ""])
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for member, data in contents.items():
-            archive.writestr(member, data)
+            if member in executables:
+                info = zipfile.ZipInfo(member)
+                info.external_attr = 0o100755 << 16
+                archive.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                archive.writestr(member, data)
         archive.writestr(f"{dist}.dist-info/RECORD", record.getvalue())
     return path
 
@@ -302,23 +317,85 @@ def test_check_accepts_this_environment_and_names_what_is_missing(tmp_path: Path
     assert f"smokefake-absent {version} is carried but not importable" in done.stderr
 
 
-@pytest.mark.skipif(not (REAL_BUNDLE / gb.MANIFEST_NAME).exists(), reason="no .gpu-bundle: run make gpu-bundle")
-def test_the_real_bundle_is_the_committed_manifest_and_installs_for_the_machine(tmp_path: Path) -> None:
-    assert gb.verify_bundle(REAL_BUNDLE, COMMITTED) == []
-    real = gb.wheels_in(REAL_BUNDLE)
-    assert gb.resolve(gb.ROOTS, gb.MachinePackages.read(), real).missing == {}
-    with zipfile.ZipFile(REAL_BUNDLE / real["ray"].file) as archive:
-        assert archive.testzip() is None
-        assert not any(n.startswith("ray/jars/") for n in archive.namelist())
+MACHINE_ABI = "cp" + gb.MARKER_ENV["python_version"].replace(".", "")
+
+
+def check_bundle_for_the_machine(
+    bundle: Path, expected: dict[str, Any], roots: tuple[str, ...], machine: Any, site: Path, executable: str
+) -> None:
+    """A built bundle as the machine needs it: the wheels its manifest lists, byte for byte; the roots' closure
+    complete with the machine's packages; each pruned wheel an intact zip without the pruned paths; every wheel
+    installed by pip for the machine's Python and platforms, `executable` (in `site`) still executable."""
+    assert gb.verify_bundle(bundle, expected) == []
+    wheels = gb.wheels_in(bundle)
+    assert gb.resolve(roots, machine, wheels).missing == {}
+    pruned = [w for w in expected["wheels"] if w["pruned"]]
+    assert pruned
+    for entry in pruned:
+        with zipfile.ZipFile(bundle / entry["file"]) as archive:
+            assert archive.testzip() is None
+            assert not [n for n in archive.namelist() if n.startswith(tuple(entry["pruned"]["paths"]))]
     platforms = [arg for p in gb.PLATFORMS for arg in ("--platform", p)]
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
-         "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", *platforms,
-         "--target", str(tmp_path / "site"), *map(str, sorted(REAL_BUNDLE.glob("*.whl")))],
+         "--only-binary=:all:", "--python-version", gb.MARKER_ENV["python_version"], "--implementation", "cp",
+         "--abi", MACHINE_ABI, *platforms, "--target", str(site), *map(str, sorted(bundle.glob("*.whl")))],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "site/ray/core/src/ray/raylet/raylet").stat().st_mode & 0o111
+    assert (site / executable).stat().st_mode & 0o111, f"{executable} lost its executable bits"
+
+
+def test_a_small_bundle_built_here_is_checked_as_the_real_one_is(tmp_path: Path) -> None:
+    """The real bundle's checks (next test) on a small bundle built here from local wheels, so they run without
+    .gpu-bundle: a root built for the machine's Python and platform (and one for another Python, which must stay
+    behind), pruned as Ray's wheel is, holding an executable as Ray's holds raylet."""
+    src = tmp_path / "index"
+    src.mkdir()
+    files = {"smokefake_root/jars/big.bin": b"\0" * 50_000, "smokefake_root/bin/raylet": b"#!/bin/sh\n"}
+    # The other Python is this one where it is not the machine's: pip without the machine's flags would take it.
+    here = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    other = here if here != MACHINE_ABI else "cp311"
+    kept = f"{MACHINE_ABI}-{MACHINE_ABI}-manylinux_2_17_x86_64"
+    for tag in (kept, f"{other}-{other}-manylinux_2_17_x86_64"):
+        executables = ("smokefake_root/bin/raylet",)
+        make_wheel(src, "smokefake-root", "1.0", ("smokefake-leaf",), files, tag=tag, executables=executables)
+    make_wheel(src, "smokefake-leaf", "1.0")
+    machine = tmp_path / "machine.txt"
+    machine.write_text("# recorded\n")
+    roots = ("smokefake-root==1.0",)
+    dest = tmp_path / "bundle"
+    result = gb.build(
+        dest,
+        download=gb.pip_downloader(["--no-index", "--find-links", str(src)]),
+        roots=roots,
+        machine_file=machine,
+        pins={"smokefake-leaf": Version("1.0")},
+        prune={"smokefake-root": ("smokefake_root/jars/",)},
+        tree=1000,
+        log=lambda _: None,
+    )
+    assert sorted(w["file"] for w in result["wheels"]) == [
+        "smokefake_leaf-1.0-py3-none-any.whl",
+        f"smokefake_root-1.0-{kept}.whl",
+    ]
+    check_bundle_for_the_machine(
+        dest, result, roots, gb.MachinePackages.read(machine), tmp_path / "site", "smokefake_root/bin/raylet"
+    )
+
+
+@pytest.mark.skipif(not (REAL_BUNDLE / gb.MANIFEST_NAME).exists(), reason="no .gpu-bundle: run make gpu-bundle")
+def test_the_real_bundle_is_the_committed_manifest_and_installs_for_the_machine(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    check_bundle_for_the_machine(
+        REAL_BUNDLE, COMMITTED, gb.ROOTS, gb.MachinePackages.read(), site, "ray/core/src/ray/raylet/raylet"
+    )
+
+
+def test_the_committed_manifest_records_each_prune_rule() -> None:
+    """What the real bundle's check relies on to know which wheels were pruned (Ray's of ray/jars/)."""
+    pruned = {w["name"]: w["pruned"]["paths"] for w in COMMITTED["wheels"] if w["pruned"]}
+    assert pruned == {name: list(paths) for name, paths in gb.PRUNE.items()}
 
 
 def test_check_installs_a_fallback_only_where_the_machines_copy_is_too_old(tmp_path: Path, index: Path) -> None:

@@ -71,8 +71,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--kill",
         action="append",
         default=[],
-        metavar="POD@SECONDS",
-        help="kill the pod (name or hostname prefix) SECONDS into the run, as a node loss would; repeatable",
+        metavar="POD@SECONDS[,after=PATH]",
+        help="kill the pod (name or hostname prefix) SECONDS into the run, or SECONDS after PATH (relative to "
+        "--output-dir, e.g. a committed checkpoint on a claim) first exists, as a node loss would; repeatable",
     )
     parser.add_argument(
         "--output-dir", type=Path, default=None, help="per-pod logs and volumes (default: a new temp dir)"
@@ -141,6 +142,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default="full",
         help="small: the project's own workloads (training.nvrx_fsdp, training.ray_finetune) train the tiny "
         "model built locally for a few steps with small batches; every rewrite is printed (default: full)",
+    )
+    parser.add_argument(
+        "--ranks-per-pod",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N training processes per pod where a workload starts one per GPU (ft_launcher and torchrun "
+        "--nproc-per-node, Ray's num-gpus and --num-workers); the pods' GPU requests stay as written; every "
+        "rewrite is printed (default: as written)",
     )
     parser.add_argument(
         "--substitute",
@@ -267,6 +277,7 @@ def run_command(args: argparse.Namespace) -> int:
             host_paths=tuple(host_paths),
             log=progress.log,
             image_python=image_pythons(args.image_python, ImageLock.load()),
+            ranks_per_pod=args.ranks_per_pod,
         )
         if not any(o["kind"] in ("Job", "RayJob", "RayCluster") for o in admission.objects):
             _report(admission)

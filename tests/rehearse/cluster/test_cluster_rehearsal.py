@@ -64,7 +64,7 @@ def test_a_pod_runs_on_a_node_it_fits_and_one_too_big_stays_pending_with_the_sch
         pod={"nodeSelector": {"role": "system"}},
     )
     too_big = job("too-big", "print('never')", resources={"requests": {"cpu": "5"}})
-    result = rehearse(tmp_path, fits, too_big, timeout_s=20.0)
+    result = rehearse(tmp_path, fits, too_big, timeout_s=8.0)  # the pending pod waits for it
     ran = result.workload("fits")
     assert ran.state == "Complete", ran.message
     pod = ran.pods[0]

@@ -1,8 +1,8 @@
 """Issue 22's placement findings on the project's own dist/<env> manifests, against the environment's cluster
 (nodes from infra/spec, kube-scheduler's filters): pure, no pods run.
 
-Each test asserts what a first real run needs and is xfail(strict=True) while the manifests still do the wrong
-thing; the workload fix turns it green (and strict makes the marker's removal part of that fix)."""
+Each test asserts what a first real run needs. The heads' finding (issue 22 #1) was xfail(strict=True) until the
+workload fix landed; it passes since, with no marker left, so a manifest that regresses fails it."""
 
 from __future__ import annotations
 

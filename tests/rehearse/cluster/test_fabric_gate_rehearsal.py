@@ -71,7 +71,8 @@ def test_a_node_the_gate_fails_is_tainted_and_the_gang_completes_on_the_other_no
     bad = g6[0].name
     files = tmp_path / "manifests.yaml"
     files.write_text(yaml.safe_dump_all(manifests(tiny_model, lock, f"fallback:{bad}")))
-    argv = ["rehearse", "--env", "prod", "--nodes", "g6=3", "--json", "--output-dir", str(tmp_path / "out")]
+    argv = ["rehearse", "--env", "prod", "--nodes", "g6=3", "--ranks-per-pod", "1", "--json"]
+    argv += ["--output-dir", str(tmp_path / "out")]
     # --timeout is a hang guard (cluster seconds at scale 1), not a speed assertion.
     argv += ["--host-path", str(tiny_model), "--pod-backoff", "1", "--timeout", "600", str(files)]
     code = main(argv)
@@ -129,7 +130,7 @@ def ray_manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, A
 
 
 @pytest.mark.skipif(MINIMAL_RAY is not None, reason=f"needs ray[default] where the pods run: {MINIMAL_RAY}")
-@pytest.mark.timeout(1800)  # two Ray clusters of 8 CPU ranks each, one after the other (docs/testing.md)
+@pytest.mark.timeout(1800)  # two Ray clusters of 2 CPU ranks each (one per worker pod), one after the other
 def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_cluster_completes_elsewhere(
     tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -140,7 +141,8 @@ def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_clus
     bad = g6[0].name
     files = tmp_path / "manifests.yaml"
     files.write_text(yaml.safe_dump_all(ray_manifests(tiny_model, lock, f"fallback:{bad}")))
-    argv = ["rehearse", "--env", "prod", "--nodes", "g6=3", "--json", "--output-dir", str(tmp_path / "out")]
+    argv = ["rehearse", "--env", "prod", "--nodes", "g6=3", "--ranks-per-pod", "1", "--json"]
+    argv += ["--output-dir", str(tmp_path / "out")]
     argv += ["--host-path", str(tiny_model), "--pod-backoff", "1", "--timeout", "1700", str(files)]
     code = main(argv)
     report = json.loads(capsys.readouterr().out)

@@ -1,11 +1,15 @@
 """The NVRx job on prod's cluster with a node lost under each of its pods (issue 22 #7: `--kill-node`, here as
 NodeKill after the step-2 checkpoint is committed on the claim), on three g6 nodes (the third stands in for the
-instance the Auto Scaling group would bring: node replacement is not modelled), at time scale 5.
+instance the Auto Scaling group would bring: node replacement is not modelled), at time scale 20: the eviction
+comes 17.5 s of wall time after the loss.
 
 A lost node is unreachable, not deleted: its pods' processes die at once, the pods stay bound until taint-based
 eviction deletes them 50 + 300 cluster seconds later with DisruptionTarget (DeletionByTaintManager), which the Job's
 Ignore rule does not count, and their replacements cannot use the node (its unreachable taint). The training
-processes run in wall time: the survivors' rendezvous (read_timeout 900 s) outlasts those 350 s in any case."""
+processes run in wall time: the survivors' rendezvous (read_timeout 900 s) outlasts those 350 s in any case.
+Kueue's recovery timeout (31 cluster minutes, 93 s of wall time here) must outlast the replacement pod's start.
+CI does not run these (tests/tiers.py CI_REHEARSALS): the controller side is tests/rehearse/cluster/test_cluster_loop.py
+on the fake runtime, the processes' side the README's pod-loss rehearsal (tests/rehearse/test_input_runs.py)."""
 
 from __future__ import annotations
 
@@ -33,15 +37,16 @@ def lose_node_under(tmp_path: Path, tiny_model: Path, lock: ImageLock, alias: st
         output_dir=tmp_path / "out",
         host_paths=(tiny_model,),
         backoff_base_s=1.0,
-        timeout_s=3600.0,  # cluster seconds: 12 wall minutes at scale 5, a hang guard
+        timeout_s=12000.0,  # cluster seconds: 10 wall minutes at scale 20, a hang guard
         image_python=image_pythons(check_lock(ImageLock.load())),
+        ranks_per_pod=1,
     )
     return run_on_environment(
         nvrx_manifests("prod", job, lock),
         options,
         environment="prod",
         gpu_nodes={"g6": 3},
-        time_scale=5.0,
+        time_scale=20.0,
         node_kills=(NodeKill(node=alias, seconds=0, after=COMMITTED),),
     )
 
@@ -77,7 +82,7 @@ def evicted_after_the_toleration(result: Rehearsal, pod: Any) -> None:
     """Evicted 50 + 300 cluster seconds after the loss (its processes had died at the loss), with DisruptionTarget."""
     assert pod.conditions == [TAINT_EVICTION]
     assert pod.end_s is not None
-    assert pod.end_s - loss_time(result, pod.name) == pytest.approx(350, abs=5)
+    assert pod.end_s - loss_time(result, pod.name) == pytest.approx(350, abs=20)  # a loop tick at scale 20
 
 
 def test_losing_pod_1s_node_evicts_it_uncounted_and_the_job_completes_on_the_spare_node(
