@@ -23,7 +23,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install synth synth-cdk synth-k8s check test test-fast test-rehearsal test-training pytest-all-but-rehearsals pytest-fast test-image image-envs lint typecheck fmt bench docs clean lock gpu-bundle
+.PHONY: help install synth synth-cdk synth-k8s check test test-fast test-rehearsal test-training pytest-all-but-rehearsals pytest-ci-rehearsals pytest-fast test-image image-envs lint typecheck fmt bench docs clean lock gpu-bundle
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
@@ -92,18 +92,17 @@ PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 # The markers the fast tier leaves out: tests/tiers.py OUT_OF_FAST (tests/test_tiers.py ties the two).
-FAST := not rehearsal and not slow and not training and not image_env and not full_rehearsal
+FAST := not rehearsal and not slow and not training and not image_env and not full_rehearsal and not gpu_bundle
 # Lint, types, the gates and the parallel pytest run side by side (make -j, each one's output kept
 # together): lint, mypy and `make check` are one process each, and they fill the core that pytest
 # leaves idle while its last group finishes. The calling target has brought `install` up to date, so the
 # inner make takes the toolchain as it is (-o: make passes no -o down by itself).
 SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4 --output-sync=target -o $(STAMP_PY) -o $(STAMP_NODE) -o $(STAMP_CHECKOV)
 
-# The process-level rehearsals run after the parallel part, alone: with the other worker's tests beside
-# them on 2 cores, the Ray fine-tune and the NVRx pod-loss rehearsals failed on load (Ray workers losing GCS).
+# The rehearsals CI runs (tests/tiers.py CI_REHEARSALS, one rank per pod) run beside the rest in their own pytest
+# process: most of their time is waiting (rendezvous, Ray start-up, timeouts), which the other runs fill.
 test: install
-	+$(SIDE_BY_SIDE) lint typecheck check pytest-all-but-rehearsals
-	pytest -m 'rehearsal and not image_env and not full_rehearsal' $(PYTEST_ARGS)
+	+$(SIDE_BY_SIDE) lint typecheck check pytest-all-but-rehearsals pytest-ci-rehearsals
 
 test-fast: install
 	+$(SIDE_BY_SIDE) lint typecheck pytest-fast
@@ -129,7 +128,10 @@ test-training: install
 
 # The pytest parts of the tiers above (run them through the tiers).
 pytest-all-but-rehearsals: install
-	pytest $(PYTEST_PARALLEL) -m 'not rehearsal and not image_env'
+	pytest $(PYTEST_PARALLEL) -m 'not rehearsal and not image_env and not gpu_bundle'
+
+pytest-ci-rehearsals: install
+	pytest -m 'rehearsal and not image_env and not full_rehearsal' $(PYTEST_ARGS)
 
 pytest-fast: install
 	pytest $(PYTEST_PARALLEL) -m '$(FAST)'
@@ -149,9 +151,11 @@ docs: $(STAMP_PY)
 	python scripts/architecture.py --png
 
 # The wheels scripts/gpu_smoke.sh needs on the lent GPU machine, which reaches no package index, downloaded here
-# into .gpu-bundle/ (git-ignored) with a manifest; fails if they and the tree would pass the 64 MiB a run carries.
+# into .gpu-bundle/ (git-ignored) with a manifest; fails if they and the tree would pass the 64 MiB a run carries;
+# then checks it against the committed manifest and installs it for the machine's tags (the gpu_bundle tests).
 gpu-bundle: $(STAMP_PY)
 	python scripts/gpu_bundle.py build --dest .gpu-bundle
+	pytest -m gpu_bundle tests/training/test_gpu_bundle.py
 
 lock: $(STAMP_PY)
 	{ echo "# Every transitive Python package, pinned (pip freeze of requirements-dev.txt). Regenerate with 'make lock'."; \

@@ -10,7 +10,7 @@
 #   fabric          the all-reduce probe (training.fabric_probe; on one GPU bus bandwidth is 0 by definition);
 #   ray             the Ray Train fine-tune (training.ray_finetune --use-gpu), when Ray is carried;
 # then prints one table (recovery seconds per mechanism, async vs sync save stall, step time, tokens/s) and writes
-# it as JSON. docs/testing.md has the exact run command.
+# it as JSON. docs/gpu-smoke.md has the exact run command.
 #
 #   scripts/gpu_smoke.sh [--json PATH]     run (default PATH: $GPU_SMOKE_DIR/gpu-smoke.json; logs: PATH's
 #                                          name with -logs.tar.gz)
@@ -111,7 +111,7 @@ fabric=("$py" -m torch.distributed.run --standalone "--nproc-per-node=$gpus" -m 
 ray=("$py" -m training.ray_finetune "--model=$model" "--num-workers=$gpus" --use-gpu --steps=10
     "--batch-size=$batch" "--seq-len=$seq" "--storage-path=$work/ray-results" "--output-json=$work/ray.json")
 # Seconds each run may take, and the whole script (install and model included): a run is cut to what is left of
-# the budget, or skipped, so the table is printed before the run tool's own timeout (docs/testing.md: 560 s).
+# the budget, or skipped, so the table is printed before the run tool's own timeout (docs/gpu-smoke.md: 560 s).
 declare -A limit=([nvrx-inprocess]=110 [ft-sigkill]=120 [nvrx-sync]=70 [fabric]=40 [ray]=110)
 budget=${GPU_SMOKE_BUDGET_S:-500}
 

@@ -31,11 +31,13 @@ TESTS = ROOT / "tests"
 TRAINING = "training"
 REHEARSAL = "rehearsal"
 FULL_REHEARSAL = "full_rehearsal"
-OUT_OF_FAST = (REHEARSAL, "slow", TRAINING, "image_env", FULL_REHEARSAL)
+OUT_OF_FAST = (REHEARSAL, "slow", TRAINING, "image_env", FULL_REHEARSAL, "gpu_bundle")
 # Markers whose tests `make test` (CI) does not run, each with the reason (tests/test_tiers.py).
 OUTSIDE_CI: dict[str, str] = {
     "image_env": "needs the per-image virtualenvs (make image-envs: about 5.7 GB to download and 12.5 GB of disk, "
     "44 min to build on this machine; docs/testing.md), which CI's 90 minutes cannot afford; run by make test-image",
+    "gpu_bundle": "needs .gpu-bundle/, the wheels make gpu-bundle downloads for the lent GPU machine (about 50 MiB "
+    "from the package index); make gpu-bundle runs it after the download",
     FULL_REHEARSAL: "a process-level rehearsal whose behaviour a cheaper test proves (docs/testing.md names it); CI "
     "runs CI_REHEARSALS only, to keep make test inside its 12 minutes; run by make test-rehearsal",
 }

@@ -16,6 +16,7 @@ An endpoint that could not be reached once is not tried again: later calls to it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
@@ -64,6 +65,23 @@ _INVALID_CREDENTIALS = frozenset(
 _NOT_FOUND = frozenset(
     {"NoSuchResourceException", "ResourceNotFoundException", "InvalidInstanceType", "NoSuchEntity", "NotFoundException"}
 )
+
+
+@functools.cache
+def _service_models() -> Any:
+    """One botocore loader per process: it caches the service models (JSON) it has read, which each new Session
+    would otherwise read and decode again."""
+    import botocore.loaders
+
+    return botocore.loaders.create_loader()
+
+
+def _botocore_session() -> Any:
+    import botocore.session
+
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _service_models())
+    return session
 
 
 class AwsError(Exception):
@@ -160,7 +178,7 @@ class Aws:
 
             try:
                 session = self._given_session or boto3.session.Session(
-                    profile_name=self.profile, region_name=self.region
+                    botocore_session=_botocore_session(), profile_name=self.profile, region_name=self.region
                 )
                 credentials = session.get_credentials()
             except botocore.exceptions.ProfileNotFound as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Literal
 from training import fabric_gate_config
 from training.faults import FaultSpec, check_fault, default_marker, parse_fault
 from training.journal import JOURNAL_FILE
+from training.rehearsal import cpu_rehearsal
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B"
 # The first line of training/nvrx_fsdp.py's docstring: the parser's description.
@@ -323,3 +325,23 @@ def parse_job(argv: Sequence[str] | None = None) -> Job:
 
 
 EXIT_BAD_ARGUMENTS = 2
+
+
+# --check-args answered before torch is imported where torch has nothing to say. Each NVRx pod checks its command
+# line first (k8s/charts/nvrx_job.py), then ft_launcher starts the ranks, each of which imports torch and
+# transformers. The check needs torch only to ask CUDA whether a device is visible (--device cuda or auto); on CPU
+# (--device cpu, or a CPU rehearsal, training/rehearsal.py) it would import both for nothing, once more per pod.
+
+
+def arguments_ok(job: Job, device_type: str, backend: str) -> str:
+    return f"arguments ok: {job.steps} steps on {device_type} ({backend}), checkpoints in {job.ckpt_dir}"
+
+
+def exit_if_check_only_on_cpu(argv: Sequence[str] | None = None) -> None:
+    """Exits 0 (or 2 on a bad argument) for a --check-args run whose device is CPU; returns otherwise."""
+    if "--check-args" not in (sys.argv[1:] if argv is None else argv):
+        return
+    job, check_only = parse_command(argv)  # a bad argument exits 2 here, naming it
+    if check_only and (cpu_rehearsal() or job.device == "cpu"):
+        print(arguments_ok(job, "cpu", "gloo"), flush=True)
+        raise SystemExit(0)

@@ -14,8 +14,8 @@ Data is a pure function of (seed, rank, step), so an interrupted and resumed run
 # comparing the evaluated annotation (inspect.signature) with its CallWrapper class; string annotations break that.
 
 if __name__ == "__main__":
-    # A --check-args run on CPU answers before torch and transformers are imported (training/nvrx_check.py).
-    from training.nvrx_check import exit_if_check_only_on_cpu
+    # A --check-args run on CPU answers before torch and transformers are imported (training/nvrx_config.py).
+    from training.nvrx_config import exit_if_check_only_on_cpu
 
     exit_if_check_only_on_cpu()
 
@@ -51,12 +51,12 @@ from training.data import BatchSource, PackedBatches, SyntheticBatches, read_tex
 from training.faults import FaultInjector, FaultKind, FaultSpec, check_rank
 from training.fsdp import load_model, shard_model
 from training.journal import Event, Journal, read_journal, summarize
-from training.nvrx_check import arguments_ok
 from training.nvrx_config import (
     DeviceChoice,
     InprocessConfig,
     Job,
     StoreAddress,
+    arguments_ok,
     default_store_addr,
 )
 from training.nvrx_config import (

@@ -19,6 +19,7 @@ from tests.conftest import cdk_json_context
 # cfn-lint
 
 
+@pytest.mark.slow
 def test_cfn_lint_reports_a_broken_template(tmp_path: Path) -> None:
     template = {
         "Resources": {
@@ -34,6 +35,7 @@ def test_cfn_lint_reports_a_broken_template(tmp_path: Path) -> None:
 # checkov
 
 
+@pytest.mark.slow
 def test_checkov_reports_a_privileged_container(tmp_path: Path) -> None:
     (tmp_path / "pod.yaml").write_text(
         """
@@ -81,6 +83,7 @@ def _factory_with_managed_policy(outdir: str) -> tuple[cdk.App, list[cdk.Stack]]
     return app, [stack]
 
 
+@pytest.mark.slow
 def test_nag_reports_an_unacknowledged_finding() -> None:
     _, findings, _ = run_nag(_factory_with_managed_policy, acknowledgments=())
     assert any(
@@ -134,6 +137,7 @@ def test_every_acknowledgment_gives_a_specific_reason() -> None:
         assert len(ack.reason) > 40, f"{ack.rule} needs a specific reason"
 
 
+@pytest.mark.slow
 def test_checkov_looks_inside_ray_objects(tmp_path: Path) -> None:
     """A privileged container inside a RayCluster's worker group is found, not skipped."""
     worker = {

@@ -288,7 +288,7 @@ def test_check_args_exits_2_on_a_bad_flag_and_on_a_missing_device(prod: Any, tmp
 
 def test_check_args_on_cpu_answers_before_torch_is_imported(prod: Any, tmp_path: Path) -> None:
     # Each pod runs --check-args before ft_launcher starts its ranks; on CPU the answer needs no torch (one import of
-    # torch and transformers a pod instead of two: training/nvrx_check.py).
+    # torch and transformers a pod instead of two: training/nvrx_config.py).
     chart, _ = prod
     argv = [a.replace("/checkpoints", str(tmp_path)) for a in chart.training_argv]
     done = _check_args(["-X", "importtime", *argv], PLATFORM_REHEARSAL="cpu")

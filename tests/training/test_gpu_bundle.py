@@ -143,6 +143,7 @@ def build_local(dest: Path, index: Path, machine: Path, **kwargs: Any) -> dict[s
     return result
 
 
+@pytest.mark.slow
 def test_build_follows_the_metadata_offline_and_carries_only_what_the_machine_lacks(
     tmp_path: Path, index: Path, machine: Path
 ) -> None:
@@ -179,6 +180,7 @@ def test_a_machine_version_that_misses_a_requirement_is_reported(tmp_path: Path,
         build_local(tmp_path / "bundle", index, old)
 
 
+@pytest.mark.slow
 def test_pruned_wheels_keep_a_matching_record_and_install_with_pip_target(
     tmp_path: Path, index: Path, machine: Path
 ) -> None:
@@ -206,6 +208,7 @@ def test_pruned_wheels_keep_a_matching_record_and_install_with_pip_target(
     assert not (target / "smokefake_root/jars").exists()
 
 
+@pytest.mark.slow
 def test_a_bundle_over_the_limit_fails_saying_by_how_much(tmp_path: Path, index: Path, machine: Path) -> None:
     with pytest.raises(gb.BundleError, match=r"of the 0\.0 MiB a run may carry: over by .* MiB\. Carry less"):
         build_local(tmp_path / "bundle", index, machine, limit=2000)
@@ -346,6 +349,7 @@ def check_bundle_for_the_machine(
     assert (site / executable).stat().st_mode & 0o111, f"{executable} lost its executable bits"
 
 
+@pytest.mark.slow
 def test_a_small_bundle_built_here_is_checked_as_the_real_one_is(tmp_path: Path) -> None:
     """The real bundle's checks (next test) on a small bundle built here from local wheels, so they run without
     .gpu-bundle: a root built for the machine's Python and platform (and one for another Python, which must stay
@@ -384,8 +388,9 @@ def test_a_small_bundle_built_here_is_checked_as_the_real_one_is(tmp_path: Path)
     )
 
 
-@pytest.mark.skipif(not (REAL_BUNDLE / gb.MANIFEST_NAME).exists(), reason="no .gpu-bundle: run make gpu-bundle")
+@pytest.mark.gpu_bundle
 def test_the_real_bundle_is_the_committed_manifest_and_installs_for_the_machine(tmp_path: Path) -> None:
+    assert (REAL_BUNDLE / gb.MANIFEST_NAME).exists(), "no .gpu-bundle/: make gpu-bundle downloads it, then runs this"
     site = tmp_path / "site"
     check_bundle_for_the_machine(
         REAL_BUNDLE, COMMITTED, gb.ROOTS, gb.MachinePackages.read(), site, "ray/core/src/ray/raylet/raylet"
@@ -398,6 +403,7 @@ def test_the_committed_manifest_records_each_prune_rule() -> None:
     assert pruned == {name: list(paths) for name, paths in gb.PRUNE.items()}
 
 
+@pytest.mark.slow
 def test_check_installs_a_fallback_only_where_the_machines_copy_is_too_old(tmp_path: Path, index: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
