@@ -106,3 +106,22 @@ def test_backoff_limit_exceeded_is_announced_by_failure_target_first() -> None:
     )
     assert (w.state, w.message) == ("Failed", "BackoffLimitExceeded: Job has reached the specified backoff limit")
     assert [c["type"] for c in w.conditions] == ["FailureTarget", "Failed"]
+
+
+def test_pod_failure_policy_rules_are_read_in_order_and_the_first_match_decides() -> None:
+    # pod_failure_policy.go matchPodFailurePolicy: the rules in order, the first that matches decides. The chart's
+    # NVRx Job relies on it: Ignore (DisruptionTarget, the gate's 75) before FailJob, which also matches those pods.
+    rules = [
+        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [75]}},
+        {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}},
+    ]
+    ignored = indexed("first", 1, 1, backoffLimit=0, podFailurePolicy={"rules": rules})
+    failed = indexed("second", 1, 1, backoffLimit=0, podFailurePolicy={"rules": rules})
+    runtime = FakeRuntime({"first-0": [Script(code=75), Script(code=0)], "second-0": [Script(code=3)]})
+    result = rehearse_fake([ignored, failed], runtime)
+    first, second = result.workload("first"), result.workload("second")
+    # 75 meets Ignore first: the pod is replaced without counting, and the replacement succeeds.
+    assert (first.state, [p.phase for p in first.pods]) == ("Complete", ["Failed", "Succeeded"])
+    # 3 meets only FailJob: the Job fails at once, naming the rule.
+    assert second.state == "Failed"
+    assert "matching FailJob rule" in second.message
