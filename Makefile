@@ -27,9 +27,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
-	@echo "make test    lint, type check, the gates (make check) and the whole pytest suite, on every core (CI)"
-	@echo "make test-fast   lint, type check and the unit tier (no rehearsals, training processes or cdk/cdk8s CLI runs)"
-	@echo "make test-rehearsal   the process-level rehearsals alone (tests/rehearse, Linux namespaces)"
+	@echo "make test    lint, type check, the gates (make check), pytest on every core and the CI rehearsals beside it (CI)"
+	@echo "make test-fast   lint, type check and the unit tier (no rehearsals, training processes or real external tools)"
+	@echo "make test-rehearsal   every rehearsal (tests/rehearse, Linux namespaces), the ones CI leaves out included"
 	@echo "make test-training   the tests that start real torch.distributed/Ray/NVRx processes (marker training)"
 	@echo "make test-image   the training code's process-level tests on each image's Python and packages (make image-envs)"
 	@echo "make check   security and validation gates over cdk.out/ and the manifests (synthesizes first)"

@@ -1,12 +1,12 @@
 """Shared fixtures: the app is synthesized once per session (per xdist worker) and every test reads from it.
 
-Tiers (docs/testing.md): `make test-fast` deselects the `rehearsal` and `slow` markers; `make test`
-runs everything on both cores with `--dist loadgroup`. The grouping below keeps what a session or a
-module builds once on one worker: the NVRx runs shared by two modules in one group, the rehearsals in
-another (serial: the loopback fallback puts every run's pods on 127.10.0.0/16, and two CPU training
-pods per run already fill the two cores), and every other module is its own group so its
-module-scoped fixtures (a local Ray cluster, a gloo process group) start once. The CDK synth (10 s)
-is built per worker: one worker running every CDK test was slower (docs/testing.md). The groups reach
+Tiers (docs/testing.md): `make test-fast` deselects the markers of tests/tiers.py OUT_OF_FAST; `make test` runs the
+rest on both cores with `--dist loadgroup` and the CI rehearsals (tiers.CI_REHEARSALS) in a pytest of their own beside
+it. The grouping below keeps what a session or a module builds once on one worker: the NVRx runs shared by two
+modules in one group, the rehearsals in another where one run holds them (serial: the loopback fallback puts every
+run's pods on 127.10.0.0/16), and every other module is its own group so its module-scoped fixtures (a local Ray
+cluster, a gloo process group) start once. The CDK synth (10 s) is built per worker: one worker running every CDK
+test was slower. The groups reach
 xdist's scheduler through tests/xdist_groups.py (pytest 9.2 drops xdist's own way). The heavy groups are
 ordered first so a worker starts on each at once (pass `--no-loadscope-reorder`, which keeps this
 order instead of xdist's sort by test count).
