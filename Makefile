@@ -23,7 +23,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install synth synth-cdk synth-k8s check test test-fast test-rehearsal test-training pytest-all-but-rehearsals pytest-ci-rehearsals pytest-fast test-image image-envs lint typecheck fmt bench docs clean lock gpu-bundle
+.PHONY: help install synth synth-cdk synth-k8s check check-manifests check-synthesized test-synth test test-fast test-rehearsal test-training pytest-all-but-rehearsals pytest-ci-rehearsals pytest-fast test-image image-envs lint typecheck fmt bench docs clean lock gpu-bundle
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
@@ -78,10 +78,21 @@ typecheck: install
 # The gates see every manifest even where no registry is reachable: workloads are
 # synthesized into .check/ with k8s/check_lock.py's lock (missing digests -> placeholders).
 CHECK_DIR := .check
-check: synth-cdk
+check: synth-cdk check-manifests
+	python -m gates --cdk-out cdk.out --dist $(CHECK_DIR)/dist
+
+check-manifests: install
 	python -m k8s.check_lock $(CHECK_DIR)/images.lock.json
 	IMAGE_LOCK=$(CHECK_DIR)/images.lock.json $(CDK8S) synth --output $(CHECK_DIR)/dist
-	python -m gates --cdk-out cdk.out --dist $(CHECK_DIR)/dist
+
+# make test's one synth of the app: in this process with cdk-nag attached (gates/synth.py), so cdk-nag needs no synth
+# of its own; the gates read it (check-synthesized) and so does pytest (CDK_SYNTH_OUT, tests/conftest.py cdk_out).
+TEST_SYNTH := $(CHECK_DIR)/cdk.out
+test-synth: install
+	python -m gates.synth $(TEST_SYNTH)
+
+check-synthesized: test-synth check-manifests
+	python -m gates --cdk-out $(TEST_SYNTH) --dist $(CHECK_DIR)/dist --nag-from-cdk-out
 
 # Tiers (docs/testing.md). pytest-xdist spreads the suite over the cores; tests/conftest.py groups
 # the tests that share what a session builds (the CDK synth, the NVRx runs, the rehearsals) so each
@@ -100,9 +111,10 @@ FAST := not rehearsal and not slow and not training and not image_env and not fu
 SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4 --output-sync=target -o $(STAMP_PY) -o $(STAMP_NODE) -o $(STAMP_CHECKOV)
 
 # The rehearsals CI runs (tests/tiers.py CI_REHEARSALS, one rank per pod) run beside the rest in their own pytest
-# process: most of their time is waiting (rendezvous, Ray start-up, timeouts), which the other runs fill.
+# process: most of their time is waiting (rendezvous, Ray start-up, timeouts), which the other runs fill. The app is
+# synthesized once (test-synth), and the gates and the parallel pytest both read that synth.
 test: install
-	+$(SIDE_BY_SIDE) lint typecheck check pytest-all-but-rehearsals pytest-ci-rehearsals
+	+$(SIDE_BY_SIDE) lint typecheck check-synthesized pytest-all-but-rehearsals pytest-ci-rehearsals
 
 test-fast: install
 	+$(SIDE_BY_SIDE) lint typecheck pytest-fast
@@ -127,8 +139,8 @@ test-training: install
 	pytest $(PYTEST_PARALLEL) -m 'training and not rehearsal'
 
 # The pytest parts of the tiers above (run them through the tiers).
-pytest-all-but-rehearsals: install
-	pytest $(PYTEST_PARALLEL) -m 'not rehearsal and not image_env and not gpu_bundle'
+pytest-all-but-rehearsals: install test-synth
+	CDK_SYNTH_OUT=$(CURDIR)/$(TEST_SYNTH) pytest $(PYTEST_PARALLEL) -m 'not rehearsal and not image_env and not gpu_bundle'
 
 pytest-ci-rehearsals: install
 	pytest -m 'rehearsal and not image_env and not full_rehearsal' $(PYTEST_ARGS)

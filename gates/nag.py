@@ -39,26 +39,40 @@ def acknowledge(stacks: Sequence[cdk.Stack], acknowledgments: Sequence[Acknowled
     return used
 
 
-def run_nag(
-    factory: AppFactory, acknowledgments: Sequence[Acknowledgment] = ACKNOWLEDGMENTS
-) -> tuple[int, list[Finding], list[Acknowledgment]]:
-    """(rules that ran, unacknowledged findings, acknowledgments that matched no construct)."""
+# What `python -m gates.synth` writes beside the validation report: the acknowledgments that matched a construct.
+USED_FILE = "nag-acknowledgments-used.json"
+
+
+def check_acknowledgments(acknowledgments: Sequence[Acknowledgment]) -> None:
     for ack in acknowledgments:
         if "/" not in ack.path or ack.path.startswith("*"):
             raise GateError(f"acknowledgment {ack.rule} at {ack.path!r} is not resource-level")
-    with tempfile.TemporaryDirectory() as outdir:
-        app, stacks = factory(outdir)
-        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-        used = acknowledge(stacks, acknowledgments)
-        try:
-            app.synth()
-        except RuntimeError as exc:
-            if "Validation failed" not in str(exc) and "ValidationFailed" not in str(exc):
-                raise
-        report_path = Path(outdir) / "validation-report.json"
-        if not report_path.exists():
-            raise GateError("cdk-nag wrote no validation report")
-        report = json.loads(report_path.read_text())
+
+
+def attach(app: cdk.App, stacks: Sequence[cdk.Stack], acknowledgments: Sequence[Acknowledgment]) -> set[int]:
+    """The AwsSolutions pack as a validation plugin of `app`, the acknowledgments applied; the indexes used."""
+    check_acknowledgments(acknowledgments)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return acknowledge(stacks, acknowledgments)
+
+
+def synth(app: cdk.App) -> None:
+    """Synthesizes `app`; a failed validation is the report's to tell, not an error."""
+    try:
+        app.synth()
+    except RuntimeError as exc:
+        if "Validation failed" not in str(exc) and "ValidationFailed" not in str(exc):
+            raise
+
+
+def read_report(
+    outdir: Path, acknowledgments: Sequence[Acknowledgment], used: set[int]
+) -> tuple[int, list[Finding], list[Acknowledgment]]:
+    """(rules that ran, unacknowledged findings, acknowledgments that matched no construct)."""
+    report_path = outdir / "validation-report.json"
+    if not report_path.exists():
+        raise GateError("cdk-nag wrote no validation report")
+    report = json.loads(report_path.read_text())
     findings, rules = [], 0
     for plugin in report["pluginReports"]:
         if plugin["pluginName"] != "AwsSolutions":
@@ -71,3 +85,26 @@ def run_nag(
                 )
     stale = [ack for index, ack in enumerate(acknowledgments) if index not in used]
     return rules, findings, stale
+
+
+def run_nag(
+    factory: AppFactory, acknowledgments: Sequence[Acknowledgment] = ACKNOWLEDGMENTS
+) -> tuple[int, list[Finding], list[Acknowledgment]]:
+    """cdk-nag over a synth of its own: (rules that ran, unacknowledged findings, acknowledgments unused)."""
+    check_acknowledgments(acknowledgments)
+    with tempfile.TemporaryDirectory() as outdir:
+        app, stacks = factory(outdir)
+        used = attach(app, stacks, acknowledgments)
+        synth(app)
+        return read_report(Path(outdir), acknowledgments, used)
+
+
+def read_synthesized(
+    cdk_out: Path, acknowledgments: Sequence[Acknowledgment] = ACKNOWLEDGMENTS
+) -> tuple[int, list[Finding], list[Acknowledgment]]:
+    """cdk-nag's report of the synth `python -m gates.synth` made into `cdk_out` (no second synth)."""
+    used_file = cdk_out / USED_FILE
+    if not used_file.exists():
+        raise GateError(f"{cdk_out} has no {USED_FILE}: synthesize it with python -m gates.synth")
+    used = set(json.loads(used_file.read_text())["used"])
+    return read_report(cdk_out, acknowledgments, used)

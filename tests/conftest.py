@@ -1,4 +1,5 @@
-"""Shared fixtures: the app is synthesized once per session (per xdist worker) and every test reads from it.
+"""Shared fixtures: the app is synthesized once (make test: python -m gates.synth, CDK_SYNTH_OUT; otherwise once per
+session, per xdist worker) and every test reads its cloud assembly.
 
 Tiers (docs/testing.md): `make test-fast` deselects the markers of tests/tiers.py OUT_OF_FAST; `make test` runs the
 rest on both cores with `--dist loadgroup` and the CI rehearsals (tiers.CI_REHEARSALS) in a pytest of their own beside
@@ -18,7 +19,9 @@ a run that selects no CDK test never pays for it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +32,6 @@ from tests import tiers, xdist_groups
 if TYPE_CHECKING:
     from aws_cdk.assertions import Template
 
-    from infra.stage import PlatformStage
     from tests.trainctl.fake_aws import MotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,18 +92,60 @@ def cdk_json_context() -> dict[str, Any]:
     return context
 
 
+# make test synthesizes the app once (python -m gates.synth) and names the assembly here; the gates read the same.
+SHARED_SYNTH = "CDK_SYNTH_OUT"
+
+
 @pytest.fixture(scope="session")
 def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cdk.out")
+    """The app's cloud assembly: make test's one synth where CDK_SYNTH_OUT names it, else this session's own."""
+    shared = os.environ.get(SHARED_SYNTH)
+    if shared:
+        path = Path(shared)
+        assert (path / "manifest.json").is_file(), f"{SHARED_SYNTH}={shared}: no cloud assembly (python -m gates.synth)"
+        return path
+    from app import create_app
+
+    out = tmp_path_factory.mktemp("cdk.out")
+    app, _ = create_app(context=cdk_json_context(), environ={}, outdir=str(out))
+    app.synth()
+    return out
+
+
+@dataclass(frozen=True)
+class StackArtifact:
+    """One stack of the cloud assembly: its id in the stage (Platform, Gpu-g6...), CloudFormation name, template and
+    the ids of the stacks it depends on."""
+
+    id: str
+    name: str
+    template: dict[str, Any]
+    dependencies: tuple[str, ...]
 
 
 @pytest.fixture(scope="session")
-def stages(cdk_out: Path) -> dict[str, PlatformStage]:
-    from app import create_app
-
-    app, built = create_app(context=cdk_json_context(), environ={}, outdir=str(cdk_out))
-    app.synth()
-    return {stage.environment.name: stage for stage in built}
+def assembly(cdk_out: Path) -> dict[str, dict[str, StackArtifact]]:
+    """Environment -> stack id -> the stack as the cloud assembly records it (manifest.json of each stage)."""
+    found: dict[str, dict[str, StackArtifact]] = {}
+    root = json.loads((cdk_out / "manifest.json").read_text())
+    for artifact in root["artifacts"].values():
+        if artifact["type"] != "cdk:cloud-assembly":
+            continue
+        directory = cdk_out / artifact["properties"]["directoryName"]
+        stage = json.loads((directory / "manifest.json").read_text())["artifacts"]
+        stacks = {k: a for k, a in stage.items() if a["type"] == "aws:cloudformation:stack"}
+        ids = {k: a["displayName"].rsplit("/", 1)[1] for k, a in stacks.items()}
+        environment = next(iter(stacks.values()))["displayName"].split("/", 1)[0]
+        found[environment] = {
+            ids[k]: StackArtifact(
+                id=ids[k],
+                name=a["properties"]["stackName"],
+                template=json.loads((directory / a["properties"]["templateFile"]).read_text()),
+                dependencies=tuple(ids[d] for d in a.get("dependencies", []) if d in ids),
+            )
+            for k, a in stacks.items()
+        }
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -117,22 +161,17 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def stack_templates(stages: dict[str, PlatformStage]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Raw template JSON per environment and stack id (Platform, Storage, Gpu-<group>)."""
-    from aws_cdk.assertions import Template
-
-    return {
-        name: {stack.node.id: dict(Template.from_stack(stack).to_json()) for stack in stage.stacks}
-        for name, stage in stages.items()
-    }
+def stack_templates(assembly: dict[str, dict[str, StackArtifact]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Raw template JSON per environment and stack id (Images, Platform, Storage, Gpu-<group>)."""
+    return {name: {stack.id: stack.template for stack in stacks.values()} for name, stacks in assembly.items()}
 
 
 @pytest.fixture(scope="session")
-def templates(stages: dict[str, PlatformStage]) -> dict[str, Template]:
+def templates(stack_templates: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Template]:
     """The Platform stack of each environment (network, cluster, add-ons)."""
     from aws_cdk.assertions import Template
 
-    return {name: Template.from_stack(stage.platform) for name, stage in stages.items()}
+    return {name: Template.from_json(stacks["Platform"]) for name, stacks in stack_templates.items()}
 
 
 @pytest.fixture(scope="session")

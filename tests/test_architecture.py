@@ -110,8 +110,8 @@ def test_subnet_plan_aligns_each_block_to_its_size() -> None:
     }
 
 
-def test_stacks_are_the_stages_stacks(stages: dict[str, Any], env_name: str) -> None:
-    built = {stack.node.id: stack.stack_name for stack in stages[env_name].stacks}
+def test_stacks_are_the_stages_stacks(assembly: dict[str, Any], env_name: str) -> None:
+    built = {stack.id: stack.name for stack in assembly[env_name].values()}
     assert architecture.stacks(ENVIRONMENTS[env_name]) == built
     dot = architecture.architecture_dot(ENVIRONMENTS[env_name])
     for stack_id, name in built.items():

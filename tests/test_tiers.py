@@ -177,6 +177,17 @@ def test_make_test_runs_every_gate_over_a_fresh_synth() -> None:
     gate_runs = [argv for argv in runs if argv[:3] == ["python", "-m", "gates"]]
     assert len(gate_runs) == 1, runs
     assert "--only" not in gate_runs[0]
+    # One synth, shared: python -m gates.synth writes it (cdk-nag attached), the gates read its nag report, the
+    # parallel pytest reads the same assembly (CDK_SYNTH_OUT); no `cdk synth` besides.
+    (synth,) = [argv for argv in runs if argv[:3] == ["python", "-m", "gates.synth"]]
+    out = synth[3]
+    gates = gate_runs[0]
+    assert gates[gates.index("--cdk-out") + 1] == out
+    assert "--nag-from-cdk-out" in gates
+    shared = [argv for argv in runs if "pytest" in argv and "-n" in argv]
+    assert shared, runs
+    assert all(argv[0] == f"CDK_SYNTH_OUT={ROOT / out}" for argv in shared), shared
+    assert not [argv for argv in runs if argv[:2] == ["cdk", "synth"]], runs
     assert set(GATES) == {"templates", "cfn-lint", "manifests", "checkov", "runtime-packages", "cdk-nag"}
 
 

@@ -12,7 +12,7 @@ from gates import outputs
 from gates.templates import check_template
 
 
-def test_synthesized_templates_pass(cdk_out: Path, stages: dict[str, Any]) -> None:
+def test_synthesized_templates_pass(cdk_out: Path) -> None:
     found = outputs.templates(cdk_out)
     # dev: Images, Platform, Storage, Gpu-g6; prod: Images, Platform, Storage, Gpu-p5, Gpu-g6.
     assert len(found) == 9

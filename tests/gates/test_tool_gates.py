@@ -158,3 +158,11 @@ def test_checkov_looks_inside_ray_objects(tmp_path: Path) -> None:
     _, findings = run_checkov(tmp_path)
     privileged = [f for f in findings if f.message.startswith("CKV_K8S_16")]
     assert {f.where.split()[-1] for f in privileged} == {"Pod.ray.rc-head", "Pod.ray.rc-g6"}
+
+
+def test_the_nag_gate_over_a_shared_synth_needs_the_acknowledgments_it_used(tmp_path: Path) -> None:
+    # make test's nag gate reads the report python -m gates.synth wrote; a cdk.out from `cdk synth` has none.
+    from gates.nag import read_synthesized
+
+    with pytest.raises(GateError, match="python -m gates.synth"):
+        read_synthesized(tmp_path)

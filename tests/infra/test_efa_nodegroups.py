@@ -299,14 +299,14 @@ def test_nvme_raid0_nodeconfig_in_user_data(resources: dict[str, Any], env_name:
 
 
 def test_gpu_groups_wait_for_network_addons_but_coredns_does_not_wait_for_them(
-    stages: dict[str, PlatformStage], stack_templates: dict[str, dict[str, Any]], env_name: str
+    assembly: dict[str, Any], stack_templates: dict[str, dict[str, Any]], env_name: str
 ) -> None:
     # The node group waits for vpc-cni & co. across stacks: CDK makes that a stack dependency
     # (DependsOn cannot name a resource of another template), so each GPU stack follows Platform.
-    stage = stages[env_name]
-    assert stage.gpu
-    for gpu in stage.gpu.values():
-        assert [d.node.id for d in gpu.dependencies] == ["Platform"]
+    gpus = [stack for stack in assembly[env_name].values() if stack.id.startswith("Gpu-")]
+    assert gpus
+    for gpu in gpus:
+        assert gpu.dependencies == ("Platform",)
     platform = stack_templates[env_name]["Platform"]
     addons = {a["Properties"]["AddonName"]: k for k, a in of_type(platform, "AWS::EKS::Addon").items()}
     gpu_ids = {

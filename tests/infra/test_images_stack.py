@@ -173,12 +173,12 @@ def test_outputs_name_the_image_and_its_digest(images: dict[str, Any], env_name:
 
 
 def test_the_stack_reads_nothing_from_another_stack(
-    images: dict[str, Any], stages: dict[str, Any], env_name: str
+    images: dict[str, Any], assembly: dict[str, Any], env_name: str
 ) -> None:
     text = json.dumps(images)
     assert "Fn::ImportValue" not in text
     assert "Fn::GetStackOutput" not in text
-    assert stages[env_name].images.dependencies == []
+    assert assembly[env_name]["Images"].dependencies == ()
 
 
 def test_a_private_ecr_base_is_pulled_from_its_repository_only() -> None:
@@ -222,9 +222,7 @@ def test_a_base_from_another_registry_is_refused_naming_the_field() -> None:
     assert "Fix: pin the PyTorch training DLC from ECR Public or from its in-region ECR registry" in str(error.value)
 
 
-def test_the_assets_hold_the_build_context_and_the_handler_module_alone(
-    images: dict[str, Any], stages: dict[str, Any], cdk_out: Path
-) -> None:
+def test_the_assets_hold_the_build_context_and_the_handler_module_alone(images: dict[str, Any], cdk_out: Path) -> None:
     from infra.spec.images import NVRX_CONTEXT
 
     def files(s3_key: Any) -> list[str]:
