@@ -164,5 +164,5 @@ def test_the_nag_gate_over_a_shared_synth_needs_the_acknowledgments_it_used(tmp_
     # make test's nag gate reads the report python -m gates.synth wrote; a cdk.out from `cdk synth` has none.
     from gates.nag import read_synthesized
 
-    with pytest.raises(GateError, match="python -m gates.synth"):
+    with pytest.raises(GateError, match=r"python -m gates\.synth"):
         read_synthesized(tmp_path)
