@@ -6,8 +6,10 @@ podFailurePolicy reads: 75 (retry elsewhere) the first time, 76 (fail the Job) o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +43,18 @@ def pod(tmp: Path, inject: str) -> subprocess.CompletedProcess[str]:
         "--fabric-gate-instance-type=p5.48xlarge", f"--fabric-gate-state-dir={tmp / 'ckpt' / 'fabric-gate'}",
         "--fabric-gate-workload=Job/nvrx-fsdp", "--fabric-gate-run-seconds=86400",
     ]  # fmt: skip
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    # As in a pod, whatever the supervisor leaves behind ends with it: a process ft_launcher started and did not stop
+    # (its rank monitors) kept the output pipes open after the supervisor had exited 76, and a run that read them to
+    # the end waited 180 s (seen once in a make test). The output goes to files; the process group is killed after.
+    out, err = tmp / f"supervisor-{inject}.out", tmp / f"supervisor-{inject}.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+        try:
+            code = process.wait(timeout=180)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
 
 
 def test_a_failed_gate_exits_the_pod_with_the_gates_code_not_ft_launchers(tmp_path: Path) -> None:
