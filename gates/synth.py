@@ -12,9 +12,9 @@ which adds one CDKMetadata resource per stack (9 of the 304 resources `make chec
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from gates.nag import USED_FILE, attach, synth
@@ -24,11 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m gates.synth OUT", file=sys.stderr)
-        return 2
-    out = Path(args[0])
+    parser = argparse.ArgumentParser(prog="python -m gates.synth", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, metavar="OUT", help="the cloud assembly's directory (emptied first)")
+    out: Path = parser.parse_args(argv).out
     shutil.rmtree(out, ignore_errors=True)
     from app import create_app
 

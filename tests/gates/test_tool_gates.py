@@ -94,6 +94,7 @@ def test_nag_reports_an_unacknowledged_finding() -> None:
     ), findings
 
 
+@pytest.mark.slow
 def test_nag_acknowledgment_on_the_resource_clears_it() -> None:
     ack = Acknowledgment(
         path="Reader",
@@ -114,6 +115,7 @@ def test_nag_refuses_stack_level_acknowledgments() -> None:
         run_nag(_factory_with_managed_policy, acknowledgments=(blanket,))
 
 
+@pytest.mark.slow
 def test_nag_reports_stale_acknowledgments() -> None:
     stale_ack = Acknowledgment(path="Gone/Resource", rule="AwsSolutions::AwsSolutions-IAM4", reason="removed")
     _, _, stale = run_nag(_factory_with_managed_policy, acknowledgments=(stale_ack,))
@@ -121,8 +123,7 @@ def test_nag_reports_stale_acknowledgments() -> None:
 
 
 # That every environment passes with only the listed acknowledgments (no finding, none stale, some rule results)
-# is `make check`'s cdk-nag gate (gates/__main__.py gate_nag), which `make test` runs: a test here ran the same synth
-# a second time.
+# is the cdk-nag gate over make test's one synth (gates/synth.py, gates/__main__.py gate_nag_synthesized).
 def test_the_nag_gate_fails_when_cdk_nag_reports_no_rule_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
     import gates.__main__ as gates_main
 

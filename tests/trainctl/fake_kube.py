@@ -57,6 +57,8 @@ class ExecCall:
     stdin_closed: bool = False
     """A v5 client closed stdin (channel 255)."""
     pings: int = 0
+    # Set once the server has read the client's last frames (its pings among them): a test reads `pings` after it.
+    ended: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -470,6 +472,7 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 result = handler(session)
             except ClientClosedError:
+                call.ended.set()
                 return
         try:
             _send_frame(self, 0x2, bytes([ERROR]) + json.dumps(exec_status(result, call.command)).encode())
@@ -477,6 +480,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._await_close(call)
         except OSError:
             pass
+        finally:
+            call.ended.set()
 
     def _await_close(self, call: ExecCall) -> None:
         """The closing handshake: read frames (noting a v5 stdin close) until the client's close frame."""

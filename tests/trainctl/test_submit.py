@@ -464,6 +464,8 @@ def test_exec_reports_silence_and_keeps_the_stream_alive(kube: FakeKube, kubecon
     assert "exit status 3" in result.message
     assert idle
     assert all(elapsed >= silent >= 0.2 for elapsed, silent in idle)
+    # The server counts the pings while it closes the stream, which can end after the client has returned.
+    assert kube.execs[0].ended.wait(5)
     assert kube.execs[0].pings >= 1
 
 
