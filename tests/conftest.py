@@ -6,8 +6,8 @@ rest on both cores with `--dist loadgroup` and the CI rehearsals (tiers.CI_REHEA
 it. The grouping below keeps what a session or a module builds once on one worker: the NVRx runs shared by two
 modules in one group, the rehearsals in another where one run holds them (serial: the loopback fallback puts every
 run's pods on 127.10.0.0/16), and every other module is its own group so its module-scoped fixtures (a local Ray
-cluster, a gloo process group) start once. The CDK synth (10 s) is built per worker: one worker running every CDK
-test was slower. The groups reach
+cluster, a gloo process group) start once. The modules that read the app's synth are one group (`cdk`): one worker
+synthesizes it where make test has not (make test-fast: 1:48 and 1:57 against 1:57 and 2:03 with a synth per worker). The groups reach
 xdist's scheduler through tests/xdist_groups.py (pytest 9.2 drops xdist's own way). The heavy groups are
 ordered first so a worker starts on each at once (pass `--no-loadscope-reorder`, which keeps this
 order instead of xdist's sort by test count).
@@ -41,7 +41,7 @@ NVRX_RUN_FIXTURES = frozenset(
     {"nvrx_reference", "nvrx_sigkill", "nvrx_exception", "nvrx_hang", "nvrx_kill_during_save"}
 )
 # Longest first: a worker takes the next group when it is nearly out of work.
-HEAVY_GROUPS = ("rehearsal", "nvrx-runs")
+HEAVY_GROUPS = ("rehearsal", "nvrx-runs", "cdk")
 
 
 def heavy_group_of(item: pytest.Item) -> str | None:
@@ -50,6 +50,8 @@ def heavy_group_of(item: pytest.Item) -> str | None:
         return "rehearsal"
     if fixtures & NVRX_RUN_FIXTURES:
         return "nvrx-runs"
+    if "cdk_out" in fixtures:
+        return "cdk"
     return None
 
 
