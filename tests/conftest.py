@@ -7,10 +7,10 @@ it. The grouping below keeps what a session or a module builds once on one worke
 modules in one group, the rehearsals in another where one run holds them (serial: the loopback fallback puts every
 run's pods on 127.10.0.0/16), and every other module is its own group so its module-scoped fixtures (a local Ray
 cluster, a gloo process group) start once. The modules that read the app's synth are one group (`cdk`): one worker
-synthesizes it where make test has not (make test-fast: 1:48 and 1:57 against 1:57 and 2:03 with a synth per worker). The groups reach
-xdist's scheduler through tests/xdist_groups.py (pytest 9.2 drops xdist's own way). The heavy groups are
-ordered first so a worker starts on each at once (pass `--no-loadscope-reorder`, which keeps this
-order instead of xdist's sort by test count).
+synthesizes it where make test has not (measured in the commit that made it so). The groups reach xdist's
+scheduler through tests/xdist_groups.py (pytest 9.2 drops xdist's own way). The heavy groups are ordered first so a
+worker starts on each at once (pass `--no-loadscope-reorder`, which keeps this order instead of xdist's sort by test
+count).
 
 aws-cdk-lib (jsii starting Node) is imported by the fixtures that synthesize, not at collection, so
 a run that selects no CDK test never pays for it.
