@@ -27,7 +27,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 help:
 	@echo "make synth   CloudFormation for every environment -> cdk.out/, manifests -> dist/"
-	@echo "make test    lint, type check, the gates (make check), pytest on every core and the CI rehearsals beside it (CI)"
+	@echo "make test    lint, type check, one synth with every gate and pytest over it, and the CI rehearsals beside (CI)"
 	@echo "make test-fast   lint, type check and the unit tier (no rehearsals, training processes or real external tools)"
 	@echo "make test-rehearsal   every rehearsal (tests/rehearse, Linux namespaces), the ones CI leaves out included"
 	@echo "make test-training   the tests that start real torch.distributed/Ray/NVRx processes (marker training)"

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-
-import aws_cdk as cdk
 
 from gates import outputs
 from gates.cfn_lint import run_cfn_lint
@@ -17,19 +15,10 @@ from gates.nag import read_synthesized, run_nag
 from gates.nag_acknowledgments import Acknowledgment
 from gates.report import Finding, GateError, GateResult
 from gates.runtime_packages import run_gate as run_runtime_packages
+from gates.synth import app_factory
 from gates.templates import check_template
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _app_factory(outdir: str) -> tuple[cdk.App, Sequence[cdk.Stack]]:
-    import json
-
-    from app import create_app
-
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    app, stages = create_app(context=context, environ={}, outdir=outdir)
-    return app, [stack for stage in stages for stack in stage.stacks]
 
 
 def gate_templates(cdk_out: Path, dist: Path) -> GateResult:
@@ -61,7 +50,7 @@ def gate_runtime_packages(cdk_out: Path, dist: Path) -> GateResult:
 
 
 def gate_nag(cdk_out: Path, dist: Path) -> GateResult:
-    return nag_result(*run_nag(_app_factory))
+    return nag_result(*run_nag(app_factory))
 
 
 def gate_nag_synthesized(cdk_out: Path, dist: Path) -> GateResult:

@@ -15,7 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+
+import aws_cdk as cdk
 
 from gates.nag import USED_FILE, attach, synth
 from gates.nag_acknowledgments import ACKNOWLEDGMENTS
@@ -23,19 +26,25 @@ from gates.nag_acknowledgments import ACKNOWLEDGMENTS
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def app_factory(outdir: str) -> tuple[cdk.App, Sequence[cdk.Stack]]:
+    """The app as `cdk synth` builds it (cdk.json's context), writing into `outdir`, and every stack of it."""
+    from app import create_app
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    app, stages = create_app(context=context, environ={}, outdir=outdir)
+    return app, [stack for stage in stages for stack in stage.stacks]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gates.synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, metavar="OUT", help="the cloud assembly's directory (emptied first)")
     out: Path = parser.parse_args(argv).out
     shutil.rmtree(out, ignore_errors=True)
-    from app import create_app
-
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    app, stages = create_app(context=context, environ={}, outdir=str(out))
-    used = attach(app, [stack for stage in stages for stack in stage.stacks], ACKNOWLEDGMENTS)
+    app, stacks = app_factory(str(out))
+    used = attach(app, stacks, ACKNOWLEDGMENTS)
     synth(app)
     (out / USED_FILE).write_text(json.dumps({"used": sorted(used)}) + "\n")
-    print(f"synthesized {len(stages)} environment(s) into {out}, cdk-nag attached")
+    print(f"synthesized {len(stacks)} stacks into {out}, cdk-nag attached")
     return 0
 
 

@@ -76,6 +76,17 @@ RAY_TRAIN_HEALTH_CHECK = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 REHEARSAL_HEALTH_CHECK_S = "0.5"
 
 
+def gpu_limit(container: dict[str, Any]) -> int:
+    """The GPUs KubeRay v1.7.0 has Ray advertise for a container (common/pod.go addWellKnownAcceleratorResources): the
+    first limit, keys sorted, whose name ends in "gpu" and is non-zero (utils/resources.go IsGPUResourceKey; MIG
+    slices are not modelled); 0 without one."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    for key in sorted(limits):
+        if key.endswith("gpu") and quantity(limits[key]) != 0:
+            return int(quantity(limits[key]))
+    return 0
+
+
 def quantity(text: str | int) -> float:
     """A Kubernetes resource quantity as a number (CPU cores or bytes)."""
     value = str(text)
@@ -142,13 +153,11 @@ class RayClusterPods:
             result["num-cpus"] = str(int(quantity(cpu)))
         if "memory" not in result and limits.get("memory"):
             result["memory"] = str(int(quantity(limits["memory"])))
-        # addWellKnownAcceleratorResources: the first limit (keys sorted) whose name ends in "gpu", when non-zero
-        # (utils/resources.go IsGPUResourceKey; MIG slices are not modelled). Kept on CPU: Ray only schedules against
-        # the count and opens no device for it, and Ray Train places one-GPU workers by it (4 per g6 node);
-        # training/ray_finetune.py plan_device computes on CPU in a rehearsal.
-        for key in sorted(limits):
-            if "num-gpus" not in result and key.endswith("gpu") and quantity(limits[key]) != 0:
-                result["num-gpus"] = str(int(quantity(limits[key])))
+        # Kept on CPU: Ray only schedules against the count and opens no device for it, and Ray Train places one-GPU
+        # workers by it (4 per g6 node); training/ray_finetune.py plan_device computes on CPU in a rehearsal.
+        gpus = gpu_limit(container)
+        if "num-gpus" not in result and gpus:
+            result["num-gpus"] = str(gpus)
         return result
 
     def plan(self, node_type: str, group: dict[str, Any]) -> PodPlan:

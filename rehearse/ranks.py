@@ -15,17 +15,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rehearse.cluster.quantity import parse_quantity
+from rehearse.kuberay import RAY_CONTAINER, gpu_limit
 from rehearse.scale import texts
 
 _NPROC = re.compile(r"(?<![\w-])(--nproc-per-node|--nproc_per_node)([= ]+)(\d+)")
 _NUM_WORKERS = re.compile(r"(?<![\w-])(--num-workers)([= ]+)(\d+)")
-
-
-def _gpus(group: dict[str, Any]) -> int:
-    (container, *_) = group["template"]["spec"]["containers"]
-    limits = (container.get("resources") or {}).get("limits") or {}
-    return sum(parse_quantity(v) for k, v in limits.items() if str(k).endswith("gpu"))
 
 
 def _worker_groups(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -50,7 +44,7 @@ def ranks_per_pod(obj: dict[str, Any], n: int) -> list[str]:
             done.append(f"{text.where}: --ranks-per-pod {n} set --nproc-per-node {', '.join(counts)} -> {n}")
     gpu_pods = 0
     for group in _worker_groups(obj):
-        gpus = _gpus(group)
+        gpus = gpu_limit(group["template"]["spec"]["containers"][RAY_CONTAINER])
         if gpus == 0:
             continue
         gpu_pods += int(group.get("replicas", group.get("minReplicas", 1)))
