@@ -69,11 +69,11 @@ synth-k8s: install
 	$(CDK8S) synth
 
 lint: install
-	ruff check .
-	ruff format --check .
+	$(NO_TIMERS) ruff check .
+	$(NO_TIMERS) ruff format --check .
 
 typecheck: install
-	mypy
+	$(NO_TIMERS) mypy
 
 # The gates see every manifest even where no registry is reachable: workloads are
 # synthesized into .check/ with k8s/check_lock.py's lock (missing digests -> placeholders).
@@ -82,17 +82,17 @@ check: synth-cdk check-manifests
 	python -m gates --cdk-out cdk.out --dist $(CHECK_DIR)/dist
 
 check-manifests: install
-	python -m k8s.check_lock $(CHECK_DIR)/images.lock.json
-	IMAGE_LOCK=$(CHECK_DIR)/images.lock.json $(CDK8S) synth --output $(CHECK_DIR)/dist
+	$(NO_TIMERS) python -m k8s.check_lock $(CHECK_DIR)/images.lock.json
+	$(NO_TIMERS) env IMAGE_LOCK=$(CHECK_DIR)/images.lock.json $(CDK8S) synth --output $(CHECK_DIR)/dist
 
 # make test's one synth of the app: in this process with cdk-nag attached (gates/synth.py), so cdk-nag needs no synth
 # of its own; the gates read it (check-synthesized) and so does pytest (CDK_SYNTH_OUT, tests/conftest.py cdk_out).
 TEST_SYNTH := $(CHECK_DIR)/cdk.out
 test-synth: install
-	python -m gates.synth $(TEST_SYNTH)
+	$(NO_TIMERS) python -m gates.synth $(TEST_SYNTH)
 
 check-synthesized: test-synth check-manifests
-	python -m gates --cdk-out $(TEST_SYNTH) --dist $(CHECK_DIR)/dist --nag-from-cdk-out
+	$(NO_TIMERS) python -m gates --cdk-out $(TEST_SYNTH) --dist $(CHECK_DIR)/dist --nag-from-cdk-out
 
 # Tiers (docs/testing.md). pytest-xdist spreads the suite over the cores; tests/conftest.py groups
 # the tests that share what a session builds (the CDK synth, the NVRx runs, the rehearsals) so each
@@ -110,11 +110,18 @@ FAST := not rehearsal and not slow and not training and not image_env and not fu
 # inner make takes the toolchain as it is (-o: make passes no -o down by itself).
 SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4 --output-sync=target -o $(STAMP_PY) -o $(STAMP_NODE) -o $(STAMP_CHECKOV)
 
+# Beside the CI rehearsals the rest yields the CPU: the rehearsals' processes keep real timers that a starved process
+# misses (Ray 2.58's ray_client_server waits 30 s for its own raylet to register, then takes the head container down:
+# ray/_private/services.py get_node_with_retry; rendezvous and gloo timeouts). The synth, the gates, ruff and mypy have
+# no timers (nice 19); the parallel pytest starts torch and NVRx processes with timers of their own (nice 5).
+NO_TIMERS := $(if $(BESIDE_REHEARSALS),nice -n 19)
+SOME_TIMERS := $(if $(BESIDE_REHEARSALS),nice -n 5)
+
 # The rehearsals CI runs (tests/tiers.py CI_REHEARSALS, one rank per pod) run beside the rest in their own pytest
 # process: most of their time is waiting (rendezvous, Ray start-up, timeouts), which the other runs fill. The app is
 # synthesized once (test-synth), and the gates and the parallel pytest both read that synth.
 test: install
-	+$(SIDE_BY_SIDE) lint typecheck check-synthesized pytest-all-but-rehearsals pytest-ci-rehearsals
+	+$(SIDE_BY_SIDE) BESIDE_REHEARSALS=1 lint typecheck check-synthesized pytest-all-but-rehearsals pytest-ci-rehearsals
 
 test-fast: install
 	+$(SIDE_BY_SIDE) lint typecheck pytest-fast
@@ -140,7 +147,7 @@ test-training: install
 
 # The pytest parts of the tiers above (run them through the tiers).
 pytest-all-but-rehearsals: install test-synth
-	CDK_SYNTH_OUT=$(CURDIR)/$(TEST_SYNTH) pytest $(PYTEST_PARALLEL) -m 'not rehearsal and not image_env and not gpu_bundle'
+	CDK_SYNTH_OUT=$(CURDIR)/$(TEST_SYNTH) $(SOME_TIMERS) pytest $(PYTEST_PARALLEL) -m 'not rehearsal and not image_env and not gpu_bundle'
 
 pytest-ci-rehearsals: install
 	pytest -m 'rehearsal and not image_env and not full_rehearsal' $(PYTEST_ARGS)

@@ -25,13 +25,29 @@ def declared_markers() -> list[str]:
     return [line.split(":", 1)[0].strip() for line in config["markers"]]
 
 
-def make_commands(target: str) -> list[list[str]]:
+def dry_run(target: str) -> list[list[str]]:
     """The command lines `make TARGET` runs, as make prints them without running anything."""
     assumed = [arg for stamp in STAMPS for arg in ("-o", stamp)]  # treat the toolchain as installed
     done = subprocess.run(
         ["make", "--no-print-directory", "-n", *assumed, target], cwd=ROOT, capture_output=True, text=True, check=True
     )
     return [shlex.split(line) for line in done.stdout.splitlines()]
+
+
+def make_commands(target: str) -> list[list[str]]:
+    """dry_run's command lines without the `nice -n N` they may run under."""
+    return [without_nice(line) for line in dry_run(target)]
+
+
+def niceness(line: list[str]) -> int:
+    """The `nice -n N` a command line runs under (after its VAR=value assignments), 0 without one."""
+    words = [w for w in line if "=" not in w or w.startswith("-")]
+    return int(words[2]) if words[:2] == ["nice", "-n"] else 0
+
+
+def without_nice(line: list[str]) -> list[str]:
+    start = next((i for i, w in enumerate(line) if "=" not in w), len(line))
+    return line[:start] + line[start + 3 :] if line[start : start + 2] == ["nice", "-n"] else line
 
 
 def pytest_runs(target: str) -> list[list[str]]:
@@ -189,6 +205,20 @@ def test_make_test_runs_every_gate_over_a_fresh_synth() -> None:
     assert all(argv[0] == f"CDK_SYNTH_OUT={ROOT / out}" for argv in shared), shared
     assert not [argv for argv in runs if argv[:2] == ["cdk", "synth"]], runs
     assert set(GATES) == {"templates", "cfn-lint", "manifests", "checkov", "runtime-packages", "cdk-nag"}
+
+
+def test_make_test_runs_everything_beside_the_ci_rehearsals_at_a_lower_priority() -> None:
+    # The rehearsals' processes keep real timers (Ray's 30 s wait for its own raylet took a head down in CI when the
+    # synth, mypy and the parallel pytest shared the 2 cores with them at the same priority).
+    lines = dry_run("test")
+    rehearsals = [line for line in lines if "pytest" in line and "not full_rehearsal" in " ".join(line)]
+    rest = [line for line in lines if line not in rehearsals and not line[0].startswith("make")]
+    assert len(rehearsals) == 1, lines
+    assert niceness(rehearsals[0]) == 0
+    assert rest
+    assert [line[:4] for line in rest if niceness(line) == 0] == []
+    # make test-fast has no rehearsals to yield to: nothing there is niced.
+    assert [line[:4] for line in dry_run("test-fast") if niceness(line) != 0] == []
 
 
 def test_every_ci_rehearsal_names_a_module_or_test_that_exists() -> None:

@@ -148,10 +148,12 @@ def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_clus
     report = json.loads(capsys.readouterr().out)
     (job,) = [w for w in report["workloads"] if w["name"] == "qwen-finetune"]
     logs = "\n".join(
-        f"--- {p['name']}\n" + "".join(f.read_text(errors="replace")[-1500:] for f in Path(p["logs"]).glob("*.log"))
+        f"--- {p['name']} on {p['node']} {p['exit_codes']}\n"
+        + "".join(f"[{f.name}] " + f.read_text(errors="replace")[-1500:] for f in sorted(Path(p["logs"]).glob("*.log")))
         for p in job["pods"]
     )
-    assert code == 0, f"{job['state']} {job['message']} {report['notes']}\n{logs}"
+    # The attempts in order (each Retrying note says why the one before ended) ahead of the pods' log tails.
+    assert code == 0, f"{job['state']} {job['message']}\n{job['notes']}\n{logs}"
     assert (job["state"], job["status"]["failed"], job["status"]["succeeded"]) == ("Complete", "1", "1")
 
     workers = [p for p in job["pods"] if p["labels"].get("ray.io/node-type") == "worker"]
