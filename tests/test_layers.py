@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("app.py", "infra", "k8s", "training", "trainctl", "rehearse", "gates", "scripts")
+SOURCES = ("app.py", "infra", "k8s", "training", "fabric_controller", "trainctl", "rehearse", "gates", "scripts")
 
 # Layer (a dotted prefix; the longest one that matches a module is its layer) -> the layers it may import.
 # Only imports of this repository's own packages are checked here; infra/spec's third-party imports below.
@@ -21,13 +21,22 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "app": ("infra",),
     "infra.spec": ("infra.spec",),
     "infra": ("infra",),
-    "k8s": ("k8s", "infra.spec", "training.emf", "training.nvrx_config", "training.fabric_gate"),
+    "k8s": (
+        "k8s",
+        "infra.spec",
+        "training.emf",
+        "training.nvrx_config",
+        "training.fabric_gate",
+        "training.fabric_verdict",
+        "fabric_controller.config",
+    ),
     "training": ("training",),
-    "rehearse": ("rehearse", "training", "k8s", "infra.spec"),
+    "fabric_controller": ("fabric_controller", "training.fabric_verdict", "training.kube_api", "training.rehearsal"),
+    "rehearse": ("rehearse", "training", "k8s", "infra.spec", "fabric_controller"),
     "trainctl": ("trainctl", "infra.spec", "k8s", "training"),
     "trainctl.commands": ("trainctl", "infra.spec", "k8s", "training", "rehearse"),
     "gates": ("gates", "infra.spec", "k8s", "app"),
-    "scripts": ("scripts", "app", "infra", "k8s", "training", "trainctl", "rehearse", "gates"),
+    "scripts": ("scripts", "app", "infra", "k8s", "training", "fabric_controller", "trainctl", "rehearse", "gates"),
 }
 
 # (importing module, imported module) -> why the edge is there. Each must still exist (test below).
@@ -60,7 +69,11 @@ STDLIB_ONLY = (
     "training.rehearsal",
     "training.fabric_gate_config",
     "training.fabric_analyzer",
+    "training.fabric_verdict",
+    "training.kube_api",
 )
+# The remediation controller ships as source to a plain Python image (k8s/charts/fabric_gate.py): all of it.
+STDLIB_ONLY_PACKAGES = ("fabric_controller",)
 
 
 def module_name(path: Path) -> str:
@@ -148,12 +161,13 @@ def test_the_modules_that_ship_to_pods_without_torch_import_the_standard_library
     def allowed(target: str) -> bool:
         top = target.split(".")[0]
         # `from training import faults` names the package and then training.faults, which is checked itself.
-        return top in sys.stdlib_module_names or top == "__future__" or target in (*STDLIB_ONLY, "training")
+        shipped = target in (*STDLIB_ONLY, "training") or any(within(target, p) for p in STDLIB_ONLY_PACKAGES)
+        return top in sys.stdlib_module_names or top == "__future__" or shipped
 
     wrong = [
         f"{path.relative_to(ROOT)}:{line}: {target}"
         for name, path in modules()
-        if name in STDLIB_ONLY
+        if name in STDLIB_ONLY or any(within(name, p) for p in STDLIB_ONLY_PACKAGES)
         for target, line in imports(name, path)
         if not allowed(target) and (own(target) or not target.startswith("training."))
     ]

@@ -14,17 +14,18 @@ workload sets it), after the process group is up and before the first step:
 3. on FAIL the node at fault is looked for: a rank off EFA names its node; a bandwidth failure on 3 or more nodes is
    narrowed by pairwise tests (`next_pairs`/`conclude`: the nodes that fail every pair), on 2 nodes by per-node
    checks (EFA devices and ports under /sys/class/infiniband, an intra-node all-reduce: `judge_two_nodes`);
-4. rank 0 taints the suspect node(s) (`platform/fabric-gate`, NoSchedule) through the pod's service-account token
-   (an identity a ValidatingAdmissionPolicy lets change that taint and nothing else, k8s/charts/fabric_gate.py),
-   posts Kubernetes Events on each suspect node and on the workload, emits an EMF line (training/emf.py), and every
-   pod writes the verdict to its termination message; then every rank exits with EXIT_RETRY (the Job's
-   podFailurePolicy ignores it: the pods are recreated away from the tainted node) or, after `max_failures` gate
-   failures of the same run (or an UNKNOWN verdict, which no other node can fix), EXIT_FAILED (FailJob).
+4. the pod of each suspect node posts a verdict Event on itself (training/fabric_verdict.py; the pods' token may
+   create and list Events in their own namespace and nothing else) and waits for the remediation controller's
+   answer (fabric_controller/: it checks the claim, taints the node `platform/fabric-gate` NoSchedule, lowers the
+   group's Kueue quota); rank 0 emits an EMF line (training/emf.py) and every pod writes the verdict to its
+   termination message; then every rank exits with EXIT_RETRY when a node was taken out (the Job's podFailurePolicy
+   ignores it: the pods are recreated away from the tainted node) or EXIT_FAILED (FailJob) when none was, after
+   `max_failures` gate failures of the same run, or on an UNKNOWN verdict, which no other node can fix.
 
 On a CPU rehearsal (training/rehearsal.py) there is no NCCL and the gate reports NOT RUN with that reason. There
 only, FABRIC_GATE_INJECT=fallback:NODE or slow:NODE fakes the verdict of one node (a socket transport, or pairs
 with that node under the floor) over gloo, so the taint-and-requeue path can be rehearsed without GPUs, and
-FABRIC_GATE_API_URL (+ FABRIC_GATE_API_TOKEN) names the rehearsal's API server instead of the in-cluster one.
+FABRIC_GATE_API_URL (+ FABRIC_GATE_API_TOKEN) names the rehearsal's API server (training/kube_api.py).
 
 Standard library and torch only.
 """
@@ -37,12 +38,9 @@ import json
 import os
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -54,6 +52,13 @@ from training.fabric_analyzer import FabricReport, Verdict, analyze_paths
 from training.fabric_gate_config import Floor as Floor  # re-exported: the gate's callers name it here
 from training.fabric_gate_config import GateConfig as GateConfig
 from training.fabric_gate_config import human_bytes
+from training.fabric_verdict import TAINT_EFFECT as TAINT_EFFECT
+from training.fabric_verdict import TAINT_KEY as TAINT_KEY
+from training.fabric_verdict import Answer, ReportedVerdict, read_answer
+from training.kube_api import API_TOKEN_ENV as API_TOKEN_ENV
+from training.kube_api import API_URL_ENV as API_URL_ENV
+from training.kube_api import KubeApi as KubeApi
+from training.kube_api import KubeError
 from training.rehearsal import cpu_rehearsal
 
 # Pod exit codes (k8s/charts/nvrx_job.py's podFailurePolicy names both). Not 1 (ft_launcher's own failure), not 2
@@ -66,32 +71,30 @@ EXIT_FAILED = 76
 # Judge mode exit codes.
 JUDGE_PASS, JUDGE_FAIL, JUDGE_BAD_INPUT, JUDGE_UNKNOWN = 0, 1, 2, 3
 
-TAINT_KEY = "platform/fabric-gate"
-TAINT_EFFECT = "NoSchedule"
-EVENT_REASON = "FabricGateFailed"
 SERVICE_ACCOUNT = "fabric-gate"
 # A cluster-scoped object's core/v1 Events (no eventTime) must be in namespace "default" (or ""): the API server
 # refuses any other (pkg/apis/core/validation/events.go legacyValidateEvent, Kubernetes 1.36), and client-go's
 # recorder puts a Node's Events there too.
 NODE_EVENT_NAMESPACE = "default"
+# How long the pods of the suspect nodes wait for the remediation controller's answer to their verdict Events
+# (fabric_controller/: it polls every 2 s and checks a few objects); no answer means nothing was taken out.
+ANSWER_WAIT_S = 60.0
 
 # Set on gated pods by the charts (k8s/charts/fabric_gate.py gate_env); the defaults keep local runs working.
 NODE_NAME_ENV = "NODE_NAME"
 POD_NAME_ENV = "POD_NAME"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
+POD_UID_ENV = "POD_UID"
 POD_DIR_ENV = "FABRIC_GATE_POD_DIR"
 TERMINATION_LOG_ENV = "FABRIC_GATE_TERMINATION_LOG"
 RUN_ID_ENV = "FABRIC_GATE_RUN_ID"
 INJECT_ENV = "FABRIC_GATE_INJECT"
-API_URL_ENV = "FABRIC_GATE_API_URL"
-API_TOKEN_ENV = "FABRIC_GATE_API_TOKEN"
 NCCL_DEBUG_FILE_ENV = "NCCL_DEBUG_FILE"
 DEFAULT_POD_DIR = "/tmp/fabric-gate"
 DEFAULT_NCCL_LOG = f"{DEFAULT_POD_DIR}/nccl.%h.%p.log"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 # The kubelet keeps at most 4096 bytes of a termination message.
 TERMINATION_LIMIT = 4096
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # A sweep of the rehearsal (gloo on CPU) uses small messages: its bandwidth means nothing, its mechanics do.
 REHEARSAL_MESSAGE_BYTES = 1 << 20
 EMF_FAILED = emf.FABRIC_GATE_FAILED
@@ -448,113 +451,7 @@ def injection(environ: Mapping[str, str] | None = None) -> Injection | None:
     return Injection(kind, node)
 
 
-# --- talking to the API server ----------------------------------------------------------------
-
-
-class KubeError(RuntimeError):
-    pass
-
-
-class KubeApi:
-    """The few API calls the gate makes, over the pod's service-account token (urllib, no client library)."""
-
-    def __init__(self, base_url: str, token: str, *, ca_file: str | None = None, timeout_s: float = 10.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.token = token
-        self.timeout_s = timeout_s
-        self._context = ssl.create_default_context(cafile=ca_file) if base_url.startswith("https:") else None
-
-    @classmethod
-    def in_cluster(cls, environ: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR) -> KubeApi | None:
-        values = os.environ if environ is None else environ
-        if values.get(API_URL_ENV) and cpu_rehearsal():
-            # The rehearsal's API server (plain http on a private address); never read outside a CPU rehearsal.
-            return cls(values[API_URL_ENV], values.get(API_TOKEN_ENV, "rehearsal"))
-        host, port = values.get("KUBERNETES_SERVICE_HOST"), values.get("KUBERNETES_SERVICE_PORT", "443")
-        token = sa_dir / "token"
-        if not host or not token.exists():
-            return None
-        host = f"[{host}]" if ":" in host else host
-        return cls(f"https://{host}:{port}", token.read_text().strip(), ca_file=str(sa_dir / "ca.crt"))
-
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {self.token}")
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", content_type)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:500]
-            raise KubeError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise KubeError(f"{method} {path}: {exc}") from None
-        return json.loads(payload) if payload else None
-
-    def taint_node(self, node: str, value: str, *, attempts: int = 3) -> dict[str, Any]:
-        """Adds (or replaces) the gate's taint; every other taint stays as it is. A JSON patch that tests the
-        resourceVersion it read, so a concurrent change of the node's taints is retried, never overwritten."""
-        taint = {"key": TAINT_KEY, "value": value, "effect": TAINT_EFFECT}
-        for attempt in range(attempts):
-            current = self.request("GET", f"/api/v1/nodes/{node}")
-            taints = [t for t in current.get("spec", {}).get("taints") or [] if t.get("key") != TAINT_KEY]
-            patch = [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
-                {"op": "add", "path": "/spec/taints", "value": [*taints, taint]},
-            ]
-            try:
-                result: dict[str, Any] = self.request(
-                    "PATCH", f"/api/v1/nodes/{node}", patch, content_type="application/json-patch+json"
-                )
-                return result
-            except KubeError as exc:
-                if attempt + 1 == attempts or not any(f"HTTP {c}" in str(exc) for c in (409, 422)):
-                    raise
-        raise AssertionError("unreachable")
-
-    def event(
-        self, namespace: str, involved: Mapping[str, str], message: str, *, reason: str = EVENT_REASON
-    ) -> dict[str, Any]:
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.fabric-gate-", "namespace": namespace},
-            "involvedObject": dict(involved),
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning",
-            "source": {"component": "fabric-gate"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        result: dict[str, Any] = self.request("POST", f"/api/v1/namespaces/{namespace}/events", body)
-        return result
-
-
-def read_workload_uid(
-    api: KubeApi | None, workload: str | None, namespace: str, environ: Mapping[str, str] | None = None
-) -> tuple[str | None, str | None]:
-    """The uid the workload's Event names, and why there is none: a Job's from JOB_UID (its pods' label
-    batch.kubernetes.io/controller-uid, k8s/job_parts.py), a RayJob's read from the API (KubeRay v1.7.0 labels the
-    pods of a RayJob's cluster with its name, ray.io/originated-from-cr-name, never its uid)."""
-    if not workload:
-        return None, None
-    kind, name = workload.split("/")
-    if kind == "Job":
-        uid = (os.environ if environ is None else environ).get("JOB_UID")
-        return (uid, None) if uid else (None, "JOB_UID is not set")
-    if kind == "RayJob" and api is not None:
-        try:
-            found = api.request("GET", f"/apis/ray.io/v1/namespaces/{namespace}/rayjobs/{name}")
-        except KubeError as exc:
-            return None, str(exc)
-        return str(found["metadata"]["uid"]), None
-    return None, f"no uid is known for a {kind}"
+# --- the verdict to the remediation controller (training/fabric_verdict.py) ---------------------
 
 
 def taint_value(verdict: GateVerdict) -> str:
@@ -562,44 +459,65 @@ def taint_value(verdict: GateVerdict) -> str:
     return "fallback" if verdict.failing else "below-floor" if verdict.bandwidth_failed else "failed"
 
 
-def take_out(
-    verdict: GateVerdict, api: KubeApi | None, *, namespace: str, workload: str | None, workload_uid: str | None = None
-) -> list[str]:
-    """Taints the suspects and posts the Events; returns what happened, errors included (never raises).
+@dataclass(frozen=True)
+class NodeOutcome:
+    """What became of one suspect node's verdict Event: gathered from every pod to pick the exit code."""
 
-    Each Event names its object's uid: kubectl (v0.36 pkg/describe/describe.go searchEvents) selects a described
-    object's Events by involvedObject.uid, for a node either node.uid or, the kubelet's convention, the node's name;
-    an Event without one is listed by `kubectl get events` only."""
-    done: list[str] = []
+    node: str
+    taken: bool
+    text: str
+    workload_uid: str = ""
+
+
+def report_own_node(
+    verdict: GateVerdict,
+    api: KubeApi | None,
+    *,
+    workload: str | None,
+    environ: Mapping[str, str] | None = None,
+    wait_s: float = ANSWER_WAIT_S,
+    poll_s: float = 1.0,
+) -> NodeOutcome:
+    """Posts this pod's verdict Event (its own node failed) and waits for the controller's answer."""
+    values = os.environ if environ is None else environ
+    node = values.get(NODE_NAME_ENV) or socket.gethostname()
+    pod, uid = values.get(POD_NAME_ENV), values.get(POD_UID_ENV)
+    namespace = values.get(POD_NAMESPACE_ENV, "default")
     if api is None:
-        return ["no Kubernetes API (no service-account token in the pod): no taint, no Event"]
-    message = verdict.summary()
-    for node in verdict.suspects:
-        uid = node
+        return NodeOutcome(node, False, "no Kubernetes API (no service-account token in the pod): no verdict Event")
+    if not pod or not uid:
+        return NodeOutcome(node, False, f"{POD_NAME_ENV} and {POD_UID_ENV} are not set: no verdict Event")
+    claim = ReportedVerdict("", namespace, pod, uid, node, taint_value(verdict), workload or "", verdict.summary())
+    try:
+        created = api.create_event(claim.to_event())
+    except KubeError as exc:
+        return NodeOutcome(node, False, f"could not post the verdict Event: {exc}")
+    event = str(created["metadata"]["name"])
+    answer = wait_for_answer(api, namespace, uid, event, wait_s=wait_s, poll_s=poll_s)
+    if answer is None:
+        return NodeOutcome(node, False, f"no answer from the remediation controller to Event {event} in {wait_s:g} s")
+    return NodeOutcome(node, answer.taken, answer.message, answer.workload_uid)
+
+
+def wait_for_answer(
+    api: KubeApi, namespace: str, pod_uid: str, event: str, *, wait_s: float, poll_s: float
+) -> Answer | None:
+    """The controller's answer Event on this pod to verdict Event `event` (core/v1 Events select on
+    involvedObject.uid: Kubernetes 1.36 pkg/registry/core/event/strategy.go ToSelectableFields)."""
+    deadline = time.monotonic() + wait_s
+    path, selector = f"/api/v1/namespaces/{namespace}/events", f"involvedObject.uid={pod_uid}"
+    while True:
         try:
-            tainted = api.taint_node(node, taint_value(verdict))
-            uid = str((tainted.get("metadata") or {}).get("uid") or node)
-            done.append(f"tainted {node} {TAINT_KEY}={taint_value(verdict)}:{TAINT_EFFECT}")
-        except KubeError as exc:
-            done.append(f"could not taint {node}: {exc}")
-        try:
-            api.event(NODE_EVENT_NAMESPACE, {"kind": "Node", "name": node, "apiVersion": "v1", "uid": uid}, message)
-            done.append(f"Event on node {node}")
-        except KubeError as exc:
-            done.append(f"could not post the Event on node {node}: {exc}")
-    if workload:
-        kind, name = workload.split("/")
-        api_version = "ray.io/v1" if kind.startswith("Ray") else "batch/v1"
-        involved = {"kind": kind, "name": name, "namespace": namespace, "apiVersion": api_version}
-        found, missing = (workload_uid, None) if workload_uid else read_workload_uid(api, workload, namespace)
-        if found:
-            involved["uid"] = found
-        try:
-            api.event(namespace, involved, message)
-            done.append(f"Event on {workload}" + (f" (without its uid: {missing})" if missing else ""))
-        except KubeError as exc:
-            done.append(f"could not post the Event on {workload}: {exc}")
-    return done
+            events = api.list_items(path, field_selector=selector)
+        except KubeError:
+            events = []
+        for item in events:
+            answer = read_answer(item)
+            if answer is not None and answer.verdict_event == event:
+                return answer
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(poll_s)
 
 
 # --- records, state and outputs ---------------------------------------------------------------
@@ -687,10 +605,11 @@ def run_id(config: GateConfig | None = None, environ: Mapping[str, str] | None =
     return (config.run_id if config else None) or values.get(RUN_ID_ENV) or values.get("JOB_UID") or "default"
 
 
-def exit_code_for(verdict: GateVerdict, failures: int | None, max_failures: int) -> int:
-    """RETRY while the run has failures left; FAILED when they are spent, when they cannot be counted (a retry
-    would have no bound) or when the verdict is UNKNOWN (no other node makes NCCL print its lines)."""
-    if verdict.outcome is Outcome.UNKNOWN or failures is None or failures >= max_failures:
+def exit_code_for(verdict: GateVerdict, failures: int | None, max_failures: int, *, taken: bool) -> int:
+    """RETRY only when the controller took a suspect node out (the pods come back elsewhere) and the run has failures
+    left; FAILED when nothing was taken out (the pods would come back on the same nodes), when the failures are spent
+    or cannot be counted (a retry would have no bound), or when the verdict is UNKNOWN."""
+    if verdict.outcome is Outcome.UNKNOWN or not taken or failures is None or failures >= max_failures:
         return EXIT_FAILED
     return EXIT_RETRY
 

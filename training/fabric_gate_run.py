@@ -24,7 +24,6 @@ from training.fabric_analyzer import Verdict
 from training.fabric_gate import (
     INJECT_ENV,
     NODE_NAME_ENV,
-    POD_NAMESPACE_ENV,
     REHEARSAL_MESSAGE_BYTES,
     Bandwidth,
     GateConfig,
@@ -33,6 +32,7 @@ from training.fabric_gate import (
     Injection,
     KubeApi,
     NodeHealth,
+    NodeOutcome,
     Outcome,
     PairResult,
     RankTransport,
@@ -45,8 +45,8 @@ from training.fabric_gate import (
     own_transport,
     read_efa,
     record_failure,
+    report_own_node,
     run_id,
-    take_out,
     write_pod_verdict,
     write_shared_verdict,
     write_termination_message,
@@ -267,19 +267,29 @@ def run(config: GateConfig, *, backend: str, inject: Injection | None, started: 
             print(verdict.summary(), file=out, flush=True)
             emf.Emitter().emit(emf_document(verdict, job_name=job, instance_type=instance_type))
         return verdict
+    # The pod of each suspect node reports its own node (the controller believes a pod only about the node it runs
+    # on) and waits for the answer; every rank then holds every outcome.
+    mine: NodeOutcome | None = None
+    if local_rank == 0 and ctx.node in verdict.suspects:
+        mine = report_own_node(verdict, KubeApi.in_cluster(), workload=config.workload)
+    outcomes = [o for o in _gather(mine) if o is not None]
+    taken = [o for o in outcomes if o.taken]
     code = [0]
     if rank == 0:
-        namespace = os.environ.get(POD_NAMESPACE_ENV, "default")
-        actions = take_out(verdict, KubeApi.in_cluster(), namespace=namespace, workload=config.workload)
-        run = run_id(config)
-        failures = record_failure(config.state_dir, run, verdict)
-        code = [exit_code_for(verdict, failures, config.max_failures)]
-        write_shared_verdict(config.state_dir, run, verdict, code[0])
-        print(verdict.summary(), file=out, flush=True)
-        for action in actions:
-            print(f"FABRIC GATE: {action}", file=out, flush=True)
-        counted = "not counted (no shared state directory)" if failures is None else f"{failures}"
-        print(f"FABRIC GATE: gate failures of this run: {counted} of {config.max_failures}", file=out, flush=True)
+        # The failures of a run count against the workload's uid the controller read (a RayJob's own, which no pod
+        # of its cluster carries), else the configured run id.
+        uids = sorted({o.workload_uid for o in taken if o.workload_uid})
+        run = uids[0] if uids else run_id(config)
+        failures = record_failure(config.state_dir, run, verdict) if taken else None
+        code = [exit_code_for(verdict, failures, config.max_failures, taken=bool(taken))]
+        write_shared_verdict(config.state_dir, run_id(config), verdict, code[0])
+        lines = [verdict.summary()]
+        lines += [f"FABRIC GATE: {o.node}: {'taken out' if o.taken else 'not taken out'}: {o.text}" for o in outcomes]
+        if not verdict.suspects:
+            lines.append("FABRIC GATE: no suspect node: nothing to take out, the job fails with the verdict")
+        if taken:
+            lines.append(f"FABRIC GATE: gate failures of this run: {failures} of {config.max_failures}")
+        print("\n".join(lines), file=out, flush=True)
         emf.Emitter().emit(emf_document(verdict, job_name=job, instance_type=instance_type))
     dist.broadcast_object_list(code, src=0)
     if local_rank == 0:
