@@ -1,6 +1,7 @@
 """What a gated multi-node GPU workload carries (training/fabric_gate.py): the gate's flags from the instance type's
-floor, the pod's identity for its Events and taint (the `fabric-gate` ServiceAccount of k8s/charts/fabric_gate.py,
-its token mounted), the downward-API names the gate reports with, and where NCCL writes each rank's log."""
+floor, the pod's identity for its verdict Event (the `fabric-gate` ServiceAccount of k8s/charts/fabric_gate.py: Events
+in its own namespace only, its token mounted), the downward-API names and uid the verdict speaks with, and where NCCL
+writes each rank's log."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from training.fabric_gate import (
     POD_DIR_ENV,
     POD_NAME_ENV,
     POD_NAMESPACE_ENV,
+    POD_UID_ENV,
     SERVICE_ACCOUNT,
     gate_argv,
 )
@@ -26,8 +28,8 @@ __all__ = ["EXIT_FAILED", "EXIT_RETRY", "SERVICE_ACCOUNT", "TOKEN_ACK", "gate_en
 
 # The checkov acknowledgment of the token the gated pods mount (CKV_K8S_38).
 TOKEN_ACK = (
-    "CKV_K8S_38=the fabric gate taints a failing node and posts Events; its ServiceAccount may do nothing else "
-    "(k8s/charts/fabric_gate.py: RBAC plus a ValidatingAdmissionPolicy)"
+    "CKV_K8S_38=the fabric gate posts its verdict as an Event on its own pod and reads the controller's answer; its "
+    "ServiceAccount may create and list Events in its own namespace and nothing else (k8s/charts/fabric_gate.py)"
 )
 
 
@@ -56,6 +58,7 @@ def gate_env() -> list[dict[str, Any]]:
         _field(NODE_NAME_ENV, "spec.nodeName"),
         _field(POD_NAME_ENV, "metadata.name"),
         _field(POD_NAMESPACE_ENV, "metadata.namespace"),
+        _field(POD_UID_ENV, "metadata.uid"),
         {"name": NCCL_DEBUG_FILE_ENV, "value": DEFAULT_NCCL_LOG},
         {"name": POD_DIR_ENV, "value": DEFAULT_POD_DIR},
     ]

@@ -15,9 +15,9 @@ from pathlib import Path
 import cdk8s
 
 from infra.spec import ENVIRONMENTS, Environment
-from infra.spec.namespaces import RAY, TRAINING, TRAINING_NAMESPACES
+from infra.spec.namespaces import FABRIC_GATE_SYSTEM, RAY, TRAINING, TRAINING_NAMESPACES
 from k8s.charts.fabric import FabricJob, FabricJobsChart
-from k8s.charts.fabric_gate import FabricGateChart
+from k8s.charts.fabric_gate import CONTROLLER_IMAGE, FabricGate
 from k8s.charts.namespaces import NamespacesChart
 from k8s.charts.nvrx_job import NvrxJobChart, nvrx_job_image
 from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart
@@ -30,23 +30,27 @@ from k8s.workloads import RayFinetuneJob
 
 def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
     """Every chart of one environment, added to `app`; raises UnpinnedImagesError first."""
-    NamespacesChart(app, "namespaces", environment=environment.name, namespaces=TRAINING_NAMESPACES)
     if not environment.gpu_node_groups:
+        NamespacesChart(app, "namespaces", environment=environment.name, namespaces=TRAINING_NAMESPACES)
         return
+    namespaces = NamespacesChart(
+        app, "namespaces", environment=environment.name, namespaces=(*TRAINING_NAMESPACES, FABRIC_GATE_SYSTEM)
+    )
     TrainingCodeChart(app, "training-code", namespaces=(RAY.name, TRAINING.name))
     nvrx_job = NvrxFsdpJob()
     nvrx_image = nvrx_job_image(environment, nvrx_job)
     errors: list[UnpinnedImagesError] = []
     try:
-        lock.require_pinned([RAY_IMAGE, *([nvrx_image] if nvrx_image in lock.images else [])])
+        lock.require_pinned([RAY_IMAGE, CONTROLLER_IMAGE, *([nvrx_image] if nvrx_image in lock.images else [])])
     except UnpinnedImagesError as exc:
         errors.append(exc)
     if nvrx_image not in lock.images:
         errors.append(UnbuiltImageError(nvrx_image, environment.name))
     if errors:
         raise errors[0] if len(errors) == 1 else ImagesNotReadyError(errors)
-    # The identity of the gated workloads' fabric gate (the NVRx job in training, the RayJob's workers in ray).
-    FabricGateChart(app, "fabric-gate", namespaces=(RAY.name, TRAINING.name))
+    # The gated workloads' identity (the NVRx job in training, the RayJob's workers in ray) and the controller that
+    # acts on their verdicts, in the namespaces' file: no apply step can leave them out.
+    FabricGate(namespaces, "fabric-gate", environment=environment, lock=lock, namespaces=(RAY.name, TRAINING.name))
     cluster = RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)
     finetune = RayJobChart(app, "ray-finetune", environment=environment, lock=lock, job=RayFinetuneJob())
     # Both may run at once: their heads (and the submitter) must each get a system node (issue 22 #1).

@@ -62,6 +62,15 @@ KUBERAY = NamespaceSpec(
     warn="restricted",
 )
 
+# The fabric gate's remediation controller (fabric_controller/, k8s/charts/fabric_gate.py): our code alone, nothing
+# of a workload, so Restricted holds.
+FABRIC_GATE_SYSTEM = NamespaceSpec(
+    name="fabric-gate-system",
+    purpose="the fabric gate's remediation controller",
+    enforce="restricted",
+    warn="restricted",
+)
+
 # Where workloads run: emitted by the cdk8s chart and applied by CDK (the FSx claim lives here).
 TRAINING_NAMESPACES: tuple[NamespaceSpec, ...] = (RAY, TRAINING)
 

@@ -1,39 +1,69 @@
-"""The fabric gate's identity: it may put its own taint on a node and post Events, and nothing else.
+"""The fabric gate's identities: the job decides and publishes, a controller acts (training/fabric_verdict.py).
 
-RBAC cannot narrow a node patch to the taints: `patch` on `nodes` allows any change of any field of the main
-resource (labels, annotations, unschedulable, every taint). So the identity is bounded twice:
+Who can reach each identity decides what it may hold:
 
-- RBAC: a ServiceAccount `fabric-gate` in each gated namespace; a ClusterRole with `get` and `patch` on `nodes`
-  (get: the gate reads the node's resourceVersion and taints before its JSON patch); a Role per namespace with
-  `create` on `events` (the workload's Events), and one in `default` bound to every gate identity (a Node's Events:
-  the API server accepts a cluster-scoped object's Events only there, training/fabric_gate.py
-  NODE_EVENT_NAMESPACE). No list, watch, update, delete; no other resource; `nodes/status` is a subresource the
-  role does not name.
-- A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) bound with
-  validationActions [Deny], matching UPDATE of nodes (a PATCH is admitted as an UPDATE) by those ServiceAccounts
-  only (matchConditions on request.userInfo.username). Its CEL compares the object with oldObject: every taint but
-  `platform/fabric-gate` unchanged, that taint NoSchedule only, never removed by the gate, and labels, annotations
-  and the other spec fields unchanged. Releasing the taint is an operator's `kubectl taint` (trainctl status and
-  scale print it), whom the policy does not match.
+- The gated pods (every NVRx trainer, every Ray worker of a gated RayJob) run code anyone who reaches the Ray head's
+  job API, or ships a package the trainer imports, can run. Their ServiceAccount `fabric-gate` may only `create` and
+  `list` Events in its own namespace (the verdict, and the controller's answer): no node, no other resource.
+- The remediation controller (fabric_controller/) runs our code alone, in its own namespace on the system nodes,
+  with a token no workload mounts. Its ServiceAccount may read the pods, Jobs, RayClusters, RayJobs and Kueue
+  Workloads of the gated namespaces, patch nodes and the gated groups' ClusterQueues (by name), and post Events.
+  RBAC cannot narrow a node patch to the taints (`patch` on `nodes` allows any field of the main resource), so a
+  ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) bound with [Deny] matches
+  that identity's node UPDATEs (a PATCH is admitted as an UPDATE) and compares object with oldObject: only the
+  `platform/fabric-gate` taint may be added, NoSchedule, never removed; labels, annotations, ownerReferences,
+  finalizers and the other spec fields unchanged (an ownerReference to a missing owner would have the garbage
+  collector delete the node: kubernetes pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem; a
+  finalizer would wedge its deletion); and only on a GPU worker of a gated group (its labels before the update).
+  Releasing the taint is an operator's `kubectl taint` (trainctl status prints it), whom the policy does not match.
 
-The expressions use standard CEL only (has, filter, all, exists, ternaries), so tests evaluate them with a CEL
-implementation over real node objects (tests/k8s/test_fabric_gate_rbac.py).
+All of it ships in the namespaces' file (k8s/charts/namespaces.py), so no step can skip it. The expressions use
+standard CEL only, so tests evaluate them over real node objects (tests/k8s/test_fabric_gate_rbac.py).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import cdk8s
 from constructs import Construct
 
-from training.fabric_gate import NODE_EVENT_NAMESPACE, SERVICE_ACCOUNT, TAINT_EFFECT, TAINT_KEY
+from fabric_controller.config import ControllerConfig, GroupConfig
+from infra.spec import Environment
+from infra.spec.scheduling import GPU_GROUP_LABEL, GPU_ROLE, ROLE_LABEL, SYSTEM_NODE_SELECTOR
+from k8s.images import ImageLock
+from k8s.queueing import cluster_queue_name, gpu_flavor_name, gpu_quota
+from k8s.ray_spec import CONTAINER_SECURITY
+from training.fabric_gate import NODE_EVENT_NAMESPACE, SERVICE_ACCOUNT
+from training.fabric_verdict import TAINT_EFFECT, TAINT_KEY
 
-CLUSTER_ROLE = "fabric-gate-node-taint"
-EVENTS_ROLE = "fabric-gate-events"
-POLICY = "fabric-gate-taint-only"
+VERDICTS_ROLE = "fabric-gate-verdicts"
+CONTROLLER = "fabric-gate-controller"
+CONTROLLER_NAMESPACE = "fabric-gate-system"
+CONTROLLER_IMAGE = "fabric-gate-controller"
+CODE_CONFIGMAP = "fabric-gate-controller-code"
+CONFIG_CONFIGMAP = "fabric-gate-controller-config"
+CODE_ROOT = "/opt/fabric-gate"
+POLICY = "fabric-gate-controller-taint-only"
+ROOT = Path(__file__).resolve().parents[2]
+# What the controller's pod runs: its package and the two training modules it shares with the gate (and theirs).
+CONTROLLER_SOURCES = (
+    "fabric_controller/__init__.py",
+    "fabric_controller/__main__.py",
+    "fabric_controller/act.py",
+    "fabric_controller/config.py",
+    "fabric_controller/decide.py",
+    "fabric_controller/facts.py",
+    "fabric_controller/loop.py",
+    "training/__init__.py",
+    "training/fabric_verdict.py",
+    "training/kube_api.py",
+    "training/rehearsal.py",
+)
 
-# Node spec fields other than taints, from core/v1 NodeSpec (Kubernetes 1.36): the gate may change none of them.
+# Node spec fields other than taints, from core/v1 NodeSpec (Kubernetes 1.36): the controller may change none.
 OTHER_SPEC_FIELDS = ("configSource", "externalID", "podCIDR", "podCIDRs", "providerID", "unschedulable")
 
 
@@ -47,26 +77,40 @@ def _others(side: str) -> str:
     return f"(has({side}.spec.taints) ? {side}.spec.taints.filter(t, t.key != '{TAINT_KEY}') : [])"
 
 
-VALIDATIONS: tuple[tuple[str, str], ...] = (
-    (f"{_others('object')} == {_others('oldObject')}", f"the fabric gate may change no taint but {TAINT_KEY}"),
-    (
-        f"!has(object.spec.taints) || "
-        f"object.spec.taints.all(t, t.key != '{TAINT_KEY}' || t.effect == '{TAINT_EFFECT}')",
-        f"the fabric gate's taint {TAINT_KEY} must be {TAINT_EFFECT} (never NoExecute: it evicts nothing)",
-    ),
-    (
-        f"!has(oldObject.spec.taints) || !oldObject.spec.taints.exists(t, t.key == '{TAINT_KEY}') || "
-        f"(has(object.spec.taints) && object.spec.taints.exists(t, t.key == '{TAINT_KEY}'))",
-        f"the fabric gate never removes {TAINT_KEY}: an operator releases a repaired node",
-    ),
-    (_same("metadata.labels"), "the fabric gate may not change a node's labels"),
-    (_same("metadata.annotations"), "the fabric gate may not change a node's annotations"),
-    *((_same(f"spec.{name}"), f"the fabric gate may not change spec.{name}") for name in OTHER_SPEC_FIELDS),
-)
+def validations(groups: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    names = ", ".join(f"'{g}'" for g in groups)
+    labels = "oldObject.metadata.labels"
+    return (
+        (
+            f"has({labels}) && '{ROLE_LABEL}' in {labels} && {labels}['{ROLE_LABEL}'] == '{GPU_ROLE}' && "
+            f"'{GPU_GROUP_LABEL}' in {labels} && {labels}['{GPU_GROUP_LABEL}'] in [{names}]",
+            f"the fabric gate controller may only change GPU workers of a gated group ({ROLE_LABEL}={GPU_ROLE}, "
+            f"{GPU_GROUP_LABEL} in {list(groups)})",
+        ),
+        (
+            f"{_others('object')} == {_others('oldObject')}",
+            f"the fabric gate controller may change no taint but {TAINT_KEY}",
+        ),
+        (
+            f"!has(object.spec.taints) || "
+            f"object.spec.taints.all(t, t.key != '{TAINT_KEY}' || t.effect == '{TAINT_EFFECT}')",
+            f"the fabric gate's taint {TAINT_KEY} must be {TAINT_EFFECT} (never NoExecute: it evicts nothing)",
+        ),
+        (
+            f"!has(oldObject.spec.taints) || !oldObject.spec.taints.exists(t, t.key == '{TAINT_KEY}') || "
+            f"(has(object.spec.taints) && object.spec.taints.exists(t, t.key == '{TAINT_KEY}'))",
+            f"the fabric gate controller never removes {TAINT_KEY}: an operator releases a repaired node",
+        ),
+        (_same("metadata.labels"), "the fabric gate controller may not change a node's labels"),
+        (_same("metadata.annotations"), "the fabric gate controller may not change a node's annotations"),
+        (_same("metadata.ownerReferences"), "the fabric gate controller may not change a node's ownerReferences"),
+        (_same("metadata.finalizers"), "the fabric gate controller may not change a node's finalizers"),
+        *((_same(f"spec.{n}"), f"the fabric gate controller may not change spec.{n}") for n in OTHER_SPEC_FIELDS),
+    )
 
 
-def usernames(namespaces: tuple[str, ...]) -> list[str]:
-    return [f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}" for namespace in namespaces]
+def controller_username() -> str:
+    return f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER}"
 
 
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -83,8 +127,7 @@ def _object(
     annotations: dict[str, str] | None = None,
     **fields: Any,
 ) -> cdk8s.ApiObject:
-    """An object with only a name (and namespace) in its metadata and `fields` (rules, roleRef, subjects, spec) at
-    the top level."""
+    """An object with only a name (and namespace) in its metadata and `fields` at the top level."""
     obj = cdk8s.ApiObject(
         scope,
         construct_id,
@@ -97,70 +140,121 @@ def _object(
     return obj
 
 
-def _service_account(namespace: str) -> dict[str, str]:
-    return {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}
+def _role_ref(kind: str, name: str) -> dict[str, str]:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+
+
+def _account(namespace: str, name: str) -> dict[str, str]:
+    return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
 
 
 NODE_EVENTS_ACK = "CKV_K8S_21=a Node's Events must be in default (Kubernetes events validation); create on events only"
 
 
-class FabricGateChart(cdk8s.Chart):
-    def __init__(self, scope: Construct, construct_id: str, *, namespaces: tuple[str, ...]) -> None:
-        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
-        events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-        # A RayJob's Event needs its uid (kubectl describe selects Events by involvedObject.uid), which KubeRay gives
-        # no pod of the RayJob's cluster: the gate reads the RayJob (training/fabric_gate.py read_workload_uid).
-        reads = [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get"]}]
+def controller_config(environment: Environment, namespaces: tuple[str, ...]) -> ControllerConfig:
+    """The gated groups (every GPU group: every emitted multi-node GPU workload runs the gate), their queues and
+    one node's quota (k8s/queueing.py gpu_quota, as `trainctl scale` and the Platform stack write it)."""
+    groups = {}
+    for group in environment.gpu_node_groups:
+        if group.scaling.max_size < 1:
+            continue
+        per_node = {r["name"]: r["nominalQuota"] for r in gpu_quota(group, 1).resources()}
+        name = group.name
+        groups[name] = GroupConfig(name, cluster_queue_name(name), gpu_flavor_name(name), per_node)
+    return ControllerConfig(namespaces, groups)
+
+
+def controller_code() -> dict[str, str]:
+    """ConfigMap keys (DIR--FILE: a key may not hold a slash) for each source file; the pod's volume maps them back to their paths."""
+    return {path.replace("/", "--"): (ROOT / path).read_text() for path in CONTROLLER_SOURCES}
+
+
+class FabricGate(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        lock: ImageLock,
+        namespaces: tuple[str, ...],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        config = controller_config(environment, namespaces)
+        self._gated_pods(namespaces)
+        self._controller_identity(config)
+        self._controller(config, lock)
+
+    def _gated_pods(self, namespaces: tuple[str, ...]) -> None:
+        verdicts = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]}]
         for namespace in namespaces:
             _object(self, f"sa-{namespace}", "v1", "ServiceAccount", SERVICE_ACCOUNT, namespace)
-            _object(self, f"events-{namespace}", RBAC, "Role", EVENTS_ROLE, namespace, rules=events + reads)
+            _object(self, f"verdicts-{namespace}", RBAC, "Role", VERDICTS_ROLE, namespace, rules=verdicts)
             _object(
                 self,
-                f"events-binding-{namespace}",
+                f"verdicts-binding-{namespace}",
                 RBAC,
                 "RoleBinding",
-                EVENTS_ROLE,
+                VERDICTS_ROLE,
                 namespace,
-                roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE},
-                subjects=[_service_account(namespace)],
+                roleRef=_role_ref("Role", VERDICTS_ROLE),
+                subjects=[_account(namespace, SERVICE_ACCOUNT)],
             )
-        # The API server takes a cluster-scoped object's Events only in "default" (Kubernetes 1.36
-        # pkg/apis/core/validation/events.go legacyValidateEvent), so this Role lives there: checkov's
-        # CKV_K8S_21 is acknowledged on it, and it grants `create` on events and nothing else.
-        node_events_ack = {"checkov.io/skip1": NODE_EVENTS_ACK}
+
+    def _controller_identity(self, config: ControllerConfig) -> None:
+        me = [_account(CONTROLLER_NAMESPACE, CONTROLLER)]
+        _object(self, "controller-sa", "v1", "ServiceAccount", CONTROLLER, CONTROLLER_NAMESPACE)
+        queues = sorted(g.queue for g in config.groups.values())
+        cluster_rules = [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"]}
+            | {"resourceNames": queues},
+        ]
+        _object(self, "controller-cluster-role", RBAC, "ClusterRole", CONTROLLER, rules=cluster_rules)
         _object(
             self,
-            "events-nodes",
-            RBAC,
-            "Role",
-            EVENTS_ROLE,
-            NODE_EVENT_NAMESPACE,
-            annotations=node_events_ack,
-            rules=events,
-        )
-        _object(
-            self,
-            "events-nodes-binding",
-            RBAC,
-            "RoleBinding",
-            EVENTS_ROLE,
-            NODE_EVENT_NAMESPACE,
-            annotations=node_events_ack,
-            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EVENTS_ROLE},
-            subjects=[_service_account(ns) for ns in namespaces],
-        )
-        nodes = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
-        _object(self, "node-taint", RBAC, "ClusterRole", CLUSTER_ROLE, rules=nodes)
-        _object(
-            self,
-            "node-taint-binding",
+            "controller-cluster-binding",
             RBAC,
             "ClusterRoleBinding",
-            CLUSTER_ROLE,
-            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-            subjects=[_service_account(ns) for ns in namespaces],
+            CONTROLLER,
+            roleRef=_role_ref("ClusterRole", CONTROLLER),
+            subjects=me,
         )
-        names = ", ".join(f"'{u}'" for u in usernames(namespaces))
+        reads = [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+            {"apiGroups": ["ray.io"], "resources": ["rayclusters", "rayjobs"], "verbs": ["get"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
+        ]
+        for namespace in config.namespaces:
+            _object(self, f"controller-role-{namespace}", RBAC, "Role", CONTROLLER, namespace, rules=reads)
+            _object(
+                self,
+                f"controller-binding-{namespace}",
+                RBAC,
+                "RoleBinding",
+                CONTROLLER,
+                namespace,
+                roleRef=_role_ref("Role", CONTROLLER),
+                subjects=me,
+            )
+        # The API server takes a cluster-scoped object's Events only in "default" (Kubernetes 1.36
+        # pkg/apis/core/validation/events.go legacyValidateEvent): `create` on events there and nothing else.
+        ack = {"checkov.io/skip1": NODE_EVENTS_ACK}
+        events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+        _object(self, "node-events", RBAC, "Role", CONTROLLER, NODE_EVENT_NAMESPACE, annotations=ack, rules=events)
+        _object(
+            self,
+            "node-events-binding",
+            RBAC,
+            "RoleBinding",
+            CONTROLLER,
+            NODE_EVENT_NAMESPACE,
+            annotations=ack,
+            roleRef=_role_ref("Role", CONTROLLER),
+            subjects=me,
+        )
         policy = {
             "failurePolicy": "Fail",
             "matchConstraints": {
@@ -169,10 +263,58 @@ class FabricGateChart(cdk8s.Chart):
                 ]
             },
             "matchConditions": [
-                {"name": "fabric-gate-identity", "expression": f"request.userInfo.username in [{names}]"}
+                {"name": CONTROLLER, "expression": f"request.userInfo.username == '{controller_username()}'"}
             ],
-            "validations": [{"expression": e, "message": m} for e, m in VALIDATIONS],
+            "validations": [{"expression": e, "message": m} for e, m in validations(tuple(sorted(config.groups)))],
         }
         _object(self, "policy", ADMISSION, "ValidatingAdmissionPolicy", POLICY, spec=policy)
         binding = {"policyName": POLICY, "validationActions": ["Deny"]}
         _object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)
+
+    def _controller(self, config: ControllerConfig, lock: ImageLock) -> None:
+        code = controller_code()
+        _object(self, "code", "v1", "ConfigMap", CODE_CONFIGMAP, CONTROLLER_NAMESPACE, data=code)
+        data = {"config.json": json.dumps(config.to_json(), indent=2, sort_keys=True)}
+        _object(self, "config", "v1", "ConfigMap", CONFIG_CONFIGMAP, CONTROLLER_NAMESPACE, data=data)
+        items = [{"key": key, "path": key.replace("--", "/")} for key in sorted(code)]
+        labels = {"app.kubernetes.io/name": CONTROLLER}
+        container = {
+            "name": "controller",
+            "image": lock.pinned(CONTROLLER_IMAGE),
+            "command": ["python", "-m", "fabric_controller", "--config", f"{CODE_ROOT}/config/config.json"],
+            "workingDir": f"{CODE_ROOT}/code",
+            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "200m", "memory": "128Mi"},
+            },
+            "securityContext": {**CONTAINER_SECURITY, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
+            "volumeMounts": [
+                {"name": "code", "mountPath": f"{CODE_ROOT}/code", "readOnly": True},
+                {"name": "config", "mountPath": f"{CODE_ROOT}/config", "readOnly": True},
+            ],
+        }
+        pod = {
+            "serviceAccountName": CONTROLLER,
+            "automountServiceAccountToken": True,
+            "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "runAsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [container],
+            "volumes": [
+                {"name": "code", "configMap": {"name": CODE_CONFIGMAP, "items": items}},
+                {"name": "config", "configMap": {"name": CONFIG_CONFIGMAP}},
+            ],
+        }
+        spec = {
+            "replicas": 1,
+            # One writer at a time: the old pod is gone before the new one polls (its answers are Events either way).
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        }
+        _object(self, "deployment", "apps/v1", "Deployment", CONTROLLER, CONTROLLER_NAMESPACE, spec=spec)

@@ -1,10 +1,12 @@
-"""The fabric gate's identity, over the emitted objects: RBAC grants get/patch on nodes and create on events and
-nothing else; the ValidatingAdmissionPolicy (its CEL evaluated with a CEL implementation over node objects) lets
-that identity add its own NoSchedule taint and nothing else; every object validates against the 1.36 schema."""
+"""The fabric gate's identities over the emitted objects (k8s/charts/fabric_gate.py): the gated pods may create and
+list Events in their own namespace; the controller's identity holds exactly what it uses, and its node policy (the
+CEL evaluated with a CEL implementation over node objects) lets it add the gate's NoSchedule taint to a gated GPU
+worker and nothing else; the controller runs our code, pinned, restricted, on the system nodes."""
 
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,74 +15,95 @@ import pytest
 import yaml
 from celpy.adapter import json_to_cel
 
+from fabric_controller.config import ControllerConfig
 from gates.manifests import check_objects
-from training.fabric_gate import TAINT_KEY
+from infra.spec import ENVIRONMENTS
+from k8s.charts.fabric_gate import CONTROLLER_SOURCES, ROOT, controller_config
+from training.fabric_verdict import TAINT_KEY
 
 NAMESPACES = {"ray", "training"}
+CONTROLLER = ("fabric-gate-system", "fabric-gate-controller")
 
 
 def objects(dist: Path, env: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((dist / env / "fabric-gate.k8s.yaml").read_text()) if d]
+    return [d for d in yaml.safe_load_all((dist / env / "namespaces.k8s.yaml").read_text()) if d]
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
-@pytest.mark.parametrize("env", ["dev", "prod"])
-def test_rbac_grants_node_get_patch_event_create_rayjob_get_and_nothing_else(dist: Path, env: str) -> None:
-    docs = objects(dist, env)
-    (cluster_role,) = by_kind(docs, "ClusterRole")
-    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
-    roles = by_kind(docs, "Role")
-    # A Node's Events go to "default" (the only namespace the API server accepts them in): one Role there too.
-    assert {r["metadata"]["namespace"] for r in roles} == {*NAMESPACES, "default"}
-    events = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
-    # In the workloads' namespaces the gate also reads the RayJob it reports on: its Event must carry the RayJob's
-    # uid, which no pod of a RayJob's cluster is given (kubectl describe selects Events by involvedObject.uid).
-    rayjobs = {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get"]}
-    for role in roles:
-        expected = [events] if role["metadata"]["namespace"] == "default" else [events, rayjobs]
-        assert role["rules"] == expected
-    # Every rule of every role this chart emits, flattened: nothing but these three grants exists.
-    grants = {
-        (group, resource, verb)
-        for role in [cluster_role, *roles]
+def rules(role: dict[str, Any]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {
+        (group, resource, verb, tuple(rule.get("resourceNames") or ()))
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert grants == {
-        ("", "nodes", "get"),
-        ("", "nodes", "patch"),
-        ("", "events", "create"),
-        ("ray.io", "rayjobs", "get"),
-    }
-    (binding,) = by_kind(docs, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
-    assert {(s["kind"], s["name"], s["namespace"]) for s in binding["subjects"]} == {
-        ("ServiceAccount", "fabric-gate", ns) for ns in NAMESPACES
-    }
-    for role_binding in by_kind(docs, "RoleBinding"):
-        assert role_binding["roleRef"] == {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": "fabric-gate-events",
-        }
-        namespace = role_binding["metadata"]["namespace"]
-        subjects = NAMESPACES if namespace == "default" else {namespace}
-        assert role_binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": "fabric-gate", "namespace": ns} for ns in sorted(subjects)
+
+
+def bound_to(docs: list[dict[str, Any]], namespace: str, account: str) -> list[dict[str, Any]]:
+    """The Roles and ClusterRoles bound to the ServiceAccount."""
+    found = []
+    for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
+        if {"kind": "ServiceAccount", "name": account, "namespace": namespace} not in binding["subjects"]:
+            continue
+        ref = binding["roleRef"]
+        where = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        (role,) = [
+            d
+            for d in by_kind(docs, ref["kind"])
+            if (d["metadata"]["name"], d["metadata"].get("namespace")) == (ref["name"], where)
         ]
-    assert {(sa["metadata"]["namespace"], sa["metadata"]["name"]) for sa in by_kind(docs, "ServiceAccount")} == {
-        (ns, "fabric-gate") for ns in NAMESPACES
+        found.append(role)
+    return found
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_the_gated_pods_may_create_and_list_events_in_their_namespace_and_nothing_else(dist: Path, env: str) -> None:
+    docs = objects(dist, env)
+    for namespace in NAMESPACES:
+        (role,) = bound_to(docs, namespace, "fabric-gate")
+        assert role["kind"] == "Role"
+        assert role["metadata"]["namespace"] == namespace
+        assert rules(role) == {("", "events", "create", ()), ("", "events", "list", ())}
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_the_controller_holds_what_it_uses_and_cannot_delete_own_or_finalize_a_node(dist: Path, env: str) -> None:
+    docs = objects(dist, env)
+    roles = bound_to(docs, *CONTROLLER)
+    queues = tuple(sorted(f"gpu-{g.name}" for g in ENVIRONMENTS[env].gpu_node_groups))
+    (cluster_role,) = [r for r in roles if r["kind"] == "ClusterRole"]
+    assert rules(cluster_role) == {
+        ("", "nodes", "get", ()),
+        ("", "nodes", "list", ()),
+        ("", "nodes", "patch", ()),
+        ("kueue.x-k8s.io", "clusterqueues", "get", queues),
+        ("kueue.x-k8s.io", "clusterqueues", "patch", queues),
     }
+    by_namespace = {r["metadata"]["namespace"]: rules(r) for r in roles if r["kind"] == "Role"}
+    assert by_namespace.pop("default") == {("", "events", "create", ())}
+    assert set(by_namespace) == NAMESPACES
+    for grants in by_namespace.values():
+        assert grants == {
+            ("", "pods", "get", ()),
+            ("batch", "jobs", "get", ()),
+            ("ray.io", "rayclusters", "get", ()),
+            ("ray.io", "rayjobs", "get", ()),
+            ("kueue.x-k8s.io", "workloads", "list", ()),
+            ("", "events", "create", ()),
+            ("", "events", "list", ()),
+        }
+    # No delete, update or escalation anywhere; a node's owners and finalizers are the policy's (below).
+    verbs = {verb for role in roles for (_, _, verb, _) in rules(role)}
+    assert verbs == {"get", "list", "patch", "create"}
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
 def test_the_objects_pass_the_manifest_gate_and_the_1_36_schema(dist: Path, env: str) -> None:
-    assert check_objects((f"fabric-gate[{i}]", d) for i, d in enumerate(objects(dist, env))) == []
+    assert check_objects((f"namespaces[{i}]", d) for i, d in enumerate(objects(dist, env))) == []
 
 
 def policy(dist: Path) -> dict[str, Any]:
@@ -88,7 +111,12 @@ def policy(dist: Path) -> dict[str, Any]:
     return vap
 
 
-def test_policy_matches_node_updates_by_the_gate_only_and_denies(dist: Path) -> None:
+def _program(expression: str) -> Any:
+    env = celpy.Environment()
+    return env.program(env.compile(expression))
+
+
+def test_the_policy_matches_node_updates_by_the_controller_only_and_denies(dist: Path) -> None:
     vap = policy(dist)
     assert vap["spec"]["failurePolicy"] == "Fail"
     assert vap["spec"]["matchConstraints"]["resourceRules"] == [
@@ -99,17 +127,11 @@ def test_policy_matches_node_updates_by_the_gate_only_and_denies(dist: Path) -> 
     (condition,) = vap["spec"]["matchConditions"]
     matches = _program(condition["expression"])
     for username, expected in (
-        ("system:serviceaccount:training:fabric-gate", True),
-        ("system:serviceaccount:ray:fabric-gate", True),
-        ("system:serviceaccount:training:default", False),
+        ("system:serviceaccount:fabric-gate-system:fabric-gate-controller", True),
+        ("system:serviceaccount:training:fabric-gate", False),
         ("kubernetes-admin", False),
     ):
         assert bool(matches.evaluate({"request": json_to_cel({"userInfo": {"username": username}})})) is expected
-
-
-def _program(expression: str) -> Any:
-    env = celpy.Environment()
-    return env.program(env.compile(expression))
 
 
 def node(taints: list[dict[str, str]] | None = None, **spec: Any) -> dict[str, Any]:
@@ -118,7 +140,11 @@ def node(taints: list[dict[str, str]] | None = None, **spec: Any) -> dict[str, A
         "kind": "Node",
         "metadata": {
             "name": "ip-10-1-2-3",
-            "labels": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+            "labels": {
+                "node.kubernetes.io/instance-type": "p5.48xlarge",
+                "role": "gpu-worker",
+                "platform/gpu-group": "p5",
+            },
             "annotations": {"alpha.kubernetes.io/provided-node-ip": "10.1.2.3"},
         },
         "spec": {"providerID": "aws:///us-east-1a/i-0abc", **({"taints": taints} if taints else {}), **spec},
@@ -132,17 +158,16 @@ GATE = {"key": TAINT_KEY, "value": "below-floor", "effect": "NoSchedule"}
 def denied(dist: Path, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The messages of the validations that fail for this update (what the API server would answer)."""
     activation = {"object": json_to_cel(new), "oldObject": json_to_cel(old)}
-    failed = []
-    for validation in policy(dist)["spec"]["validations"]:
-        if not bool(_program(validation["expression"]).evaluate(activation)):
-            failed.append(validation["message"])
-    return failed
+    return [
+        v["message"]
+        for v in policy(dist)["spec"]["validations"]
+        if not bool(_program(v["expression"]).evaluate(activation))
+    ]
 
 
-def test_adding_the_gate_taint_is_allowed(dist: Path) -> None:
+def test_adding_the_gate_taint_to_a_gated_gpu_worker_is_allowed(dist: Path) -> None:
     assert denied(dist, node([GPU]), node([GPU, GATE])) == []
     assert denied(dist, node(), node([GATE])) == []
-    # The gate re-running on a node it tainted before (the value may change, the taint stays).
     assert denied(dist, node([GPU, GATE]), node([GPU, {**GATE, "value": "fallback"}])) == []
 
 
@@ -170,6 +195,12 @@ def _changed(base: dict[str, Any], edit: Any) -> dict[str, Any]:
         ("relabel", lambda n: n["metadata"]["labels"].update(role="system"), "labels"),
         ("annotate", lambda n: n["metadata"]["annotations"].update(x="y"), "annotations"),
         ("provider id", lambda n: n["spec"].update(providerID="aws:///x"), "spec.providerID"),
+        (
+            "owner",
+            lambda n: n["metadata"].update(ownerReferences=[{"kind": "ConfigMap", "name": "x", "uid": "u"}]),
+            "ownerReferences",
+        ),
+        ("finalizer", lambda n: n["metadata"].update(finalizers=["example.com/hold"]), "finalizers"),
     ],
 )
 def test_anything_else_is_denied(dist: Path, name: str, edit: Any, message: str) -> None:
@@ -181,40 +212,65 @@ def test_anything_else_is_denied(dist: Path, name: str, edit: Any, message: str)
     assert any(message in m for m in failed), (name, failed)
 
 
-def test_the_gate_cannot_release_its_own_taint(dist: Path) -> None:
-    failed = denied(dist, node([GPU, GATE]), node([GPU]))
-    assert any("never removes" in m for m in failed)
+def test_a_system_node_and_a_node_of_no_gated_group_are_out_of_reach(dist: Path) -> None:
+    for labels in ({"role": "system"}, {"platform/gpu-group": "x"}, {"role": None}):
+        old = node([GPU])
+        for key, value in labels.items():
+            if value is None:
+                old["metadata"]["labels"].pop(key)
+            else:
+                old["metadata"]["labels"][key] = value
+        assert any(
+            "only change GPU workers of a gated group" in m
+            for m in denied(dist, old, _changed(old, lambda n: n["spec"]["taints"].append(GATE)))
+        ), labels
 
 
-def _pod_specs(node: Any) -> list[dict[str, Any]]:
-    if isinstance(node, dict):
-        found = [node] if "containers" in node else []
-        return found + [s for v in node.values() for s in _pod_specs(v)]
-    if isinstance(node, list):
-        return [s for v in node for s in _pod_specs(v)]
-    return []
-
-
-def _gated_pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Pod specs whose training runs the gate: a container with --fabric-gate on its command line, or a RayJob's
-    worker pods when its entrypoint (the Ray Train driver) passes --fabric-gate to the workers' function."""
-    if doc.get("kind") == "RayJob" and "--fabric-gate" in doc["spec"].get("entrypoint", ""):
-        groups = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"]
-        return [g["template"]["spec"] for g in groups]
-    return [
-        spec
-        for spec in _pod_specs(doc)
-        if any(
-            "--fabric-gate" in " ".join(map(str, [*c.get("command", []), *c.get("args", [])]))
-            for c in spec["containers"]
-        )
-    ]
+def test_the_controller_cannot_release_the_taint(dist: Path) -> None:
+    assert any("never removes" in m for m in denied(dist, node([GPU, GATE]), node([GPU])))
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
-def test_every_gated_pod_knows_its_node_and_runs_as_the_gate(dist: Path, env: str) -> None:
-    """The gate names the node at fault from NODE_NAME (the Downward API's spec.nodeName, which the cluster
-    rehearsal fills with the node the scheduler chose) and takes it out with the fabric-gate identity."""
+def test_the_controller_runs_our_code_pinned_restricted_on_the_system_nodes(dist: Path, env: str) -> None:
+    docs = objects(dist, env)
+    (deployment,) = by_kind(docs, "Deployment")
+    assert deployment["metadata"]["namespace"] == "fabric-gate-system"
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "@sha256:" in container["image"]
+    assert pod["nodeSelector"] == {"role": "system"}
+    assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("fabric-gate-controller", True)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (namespace,) = [d for d in by_kind(docs, "Namespace") if d["metadata"]["name"] == "fabric-gate-system"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    configmaps = {c["metadata"]["name"]: c["data"] for c in by_kind(docs, "ConfigMap")}
+    code = configmaps["fabric-gate-controller-code"]
+    # The files as they are in the repository, under keys the volume maps back to their paths.
+    assert {k.replace("--", "/"): v for k, v in code.items()} == {p: (ROOT / p).read_text() for p in CONTROLLER_SOURCES}
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "code"]
+    assert {i["path"] for i in volume["configMap"]["items"]} == set(CONTROLLER_SOURCES)
+    config = ControllerConfig.from_json(json.loads(configmaps["fabric-gate-controller-config"]["config.json"]))
+    assert config == controller_config(ENVIRONMENTS[env], ("ray", "training"))
+    assert set(config.groups) == {g.name for g in ENVIRONMENTS[env].gpu_node_groups}
+
+
+def test_every_module_the_controller_imports_ships_with_it() -> None:
+    import ast
+
+    shipped = {p.removesuffix(".py").replace("/", ".").removesuffix(".__init__") for p in CONTROLLER_SOURCES}
+    for path in CONTROLLER_SOURCES:
+        for node_ in ast.walk(ast.parse((ROOT / path).read_text())):
+            if (
+                isinstance(node_, ast.ImportFrom)
+                and node_.module
+                and node_.module.split(".")[0] in ("training", "fabric_controller")
+            ):
+                assert node_.module in shipped, (path, node_.module)
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_every_gated_pod_knows_its_node_and_uid_and_runs_as_the_gate(dist: Path, env: str) -> None:
     kinds = set()
     for path in sorted((dist / env).glob("*.k8s.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -223,6 +279,29 @@ def test_every_gated_pod_knows_its_node_and_runs_as_the_gate(dist: Path, env: st
                 for container in spec["containers"]:
                     env_vars = {e["name"]: e for e in container.get("env", [])}
                     assert env_vars["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, path
+                    assert env_vars["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}, path
                 assert spec["serviceAccountName"] == "fabric-gate", path
                 assert spec["automountServiceAccountToken"] is True, path
     assert kinds == {"Job", "RayJob"}, "the NVRx Job and the RayJob's workers are gated"
+
+
+def _pod_specs(node_: Any) -> list[dict[str, Any]]:
+    if isinstance(node_, dict):
+        found = [node_] if "containers" in node_ else []
+        return found + [s for v in node_.values() for s in _pod_specs(v)]
+    if isinstance(node_, list):
+        return [s for v in node_ for s in _pod_specs(v)]
+    return []
+
+
+def _gated_pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    if doc.get("kind") == "RayJob" and "--fabric-gate" in doc["spec"].get("entrypoint", ""):
+        return [g["template"]["spec"] for g in doc["spec"]["rayClusterSpec"]["workerGroupSpecs"]]
+    return [
+        spec
+        for spec in _pod_specs(doc)
+        if any(
+            "--fabric-gate" in " ".join(map(str, [*c.get("command", []), *c.get("args", [])]))
+            for c in spec["containers"]
+        )
+    ]

@@ -25,7 +25,6 @@ EXPECTED_FILES = {
     "fabric-check.k8s.yaml",
     "fabric-ab.k8s.yaml",
     "nvrx-fsdp.k8s.yaml",
-    "fabric-gate.k8s.yaml",
 }
 
 
@@ -47,10 +46,15 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
         for kind in ("check", "ab"):
             assert sorted(kinds[f"fabric-{kind}.k8s.yaml"]) == sorted(["Service", "Job"] * groups)
         assert kinds["nvrx-fsdp.k8s.yaml"] == ["Service", "Job"]
-        assert sorted(kinds["fabric-gate.k8s.yaml"]) == sorted(
-            ["ServiceAccount", "Role", "RoleBinding"] * 2
-            + ["Role", "RoleBinding"]  # in default, for the Nodes' Events
-            + ["ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        # The namespaces and, with them, the fabric gate (k8s/charts/fabric_gate.py): the gated pods' identity in
+        # each workload namespace, the controller's (a Role in each, one in default for the Nodes' Events, a
+        # ClusterRole), its policy, code, config and Deployment.
+        assert sorted(kinds["namespaces.k8s.yaml"]) == sorted(
+            ["Namespace"] * 3
+            + ["ServiceAccount", "Role", "RoleBinding"] * 2
+            + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+            + ["Role", "RoleBinding"] * 3
+            + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "ConfigMap", "Deployment"]
         )
 
 
