@@ -292,6 +292,24 @@ class Capacity:
         return self.kind is not CapacityKind.ON_DEMAND
 
 
+# A spare for every gated gang. Every multi-node GPU workload starts with the fabric gate (training/fabric_gate.py),
+# which taints a node whose NCCL fell back from EFA (NoSchedule); the workload is then re-placed, and a whole-node
+# gang lands only on untainted nodes, so a group needs one node beside the gang or the re-placed gang stays Pending
+# until someone repairs the node. The one home of that rule: the spec refuses a group that cannot hold it
+# (GpuNodeGroupConfig), `trainctl scale` and `trainctl capacity` size to it and warn below it (trainctl/gate_taints.py).
+GATE_SPARE_NODES = 1
+
+
+def gang_is_gated(gang: int) -> bool:
+    """Whether a gang of `gang` nodes runs the fabric gate: it proves the fabric between nodes, so 2 or more."""
+    return gang >= 2
+
+
+def nodes_with_spare(gang: int) -> int:
+    """The nodes a group needs for a gang of `gang` nodes: the gang, plus GATE_SPARE_NODES when it is gated."""
+    return gang + GATE_SPARE_NODES if gang_is_gated(gang) else gang
+
+
 @dataclass(frozen=True, kw_only=True)
 class GpuNodeGroupConfig:
     """A GPU node group with EFA. The construct that builds it reads only this and the instance facts.
@@ -314,7 +332,9 @@ class GpuNodeGroupConfig:
     - RESERVATION (ODCR): the instances exist already, desired > 0 is allowed.
 
     `workload_nodes` is how many nodes one training job on this group uses (Ray worker replicas,
-    NVRx pods); workloads read it instead of `scaling.desired_size`, which is 0 at deploy.
+    NVRx pods); workloads read it instead of `scaling.desired_size`, which is 0 at deploy. With 2 or more
+    the job is gated (the fabric gate), and `scaling.max_size` must hold `nodes_with_spare`, the gang plus a
+    spare node to re-place it onto when the gate takes one out (GATE_SPARE_NODES).
     """
 
     name: str
@@ -365,8 +385,28 @@ class GpuNodeGroupConfig:
                 f"1 to scaling.max_size ({self.scaling.max_size})",
                 "a job cannot use more nodes than the group can hold; raise max_size or use fewer nodes",
             )
+        if self.scaling.max_size < self.nodes_with_spare:
+            raise ConfigError(
+                f"{where}.scaling.max_size",
+                self.scaling.max_size,
+                f"at least workload_nodes + {GATE_SPARE_NODES} ({self.nodes_with_spare}): the group's "
+                f"{self.workload_nodes}-node jobs run the fabric gate, which takes a failing node out (a taint), "
+                "and the job is re-placed only onto a spare untainted node",
+                f"raise scaling.max_size to {self.nodes_with_spare} (and scale to it with `trainctl scale`), "
+                "or use fewer workload_nodes",
+            )
         self._check_capacity_policy(where)
         self._check_baseline(where)
+
+    @property
+    def gated(self) -> bool:
+        """Whether this group's jobs run the fabric gate (multi-node: workload_nodes of 2 or more)."""
+        return gang_is_gated(self.workload_nodes)
+
+    @property
+    def nodes_with_spare(self) -> int:
+        """The nodes this group's jobs need: workload_nodes, plus the spare a gated gang is re-placed onto."""
+        return nodes_with_spare(self.workload_nodes)
 
     def _check_baseline(self, where: str) -> None:
         from infra.spec.baselines import baselines_for
@@ -652,12 +692,13 @@ def _dev() -> Environment:
         ),
         system_nodes=SystemNodeGroupConfig(scaling=Scaling(min_size=2, desired_size=2, max_size=3)),
         gpu_availability_zone="us-west-2a",
-        # The Ray Train fine-tune scale: 2 x g6.12xlarge = 8 L4 GPUs. Desired 0: scaled up after deploy.
+        # The Ray Train fine-tune scale: 2 x g6.12xlarge = 8 L4 GPUs. Desired 0: scaled up after deploy. Max 3: the
+        # gang of 2 plus the spare it is re-placed onto when the fabric gate takes a node out (GATE_SPARE_NODES).
         gpu_node_groups=(
             GpuNodeGroupConfig(
                 name="g6",
                 instance_type="g6.12xlarge",
-                scaling=Scaling(min_size=0, desired_size=0, max_size=2),
+                scaling=Scaling(min_size=0, desired_size=0, max_size=3),
                 workload_nodes=2,
             ),
         ),

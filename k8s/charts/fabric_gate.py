@@ -165,7 +165,7 @@ def controller_config(environment: Environment, namespaces: tuple[str, ...]) -> 
 
 
 def controller_code() -> dict[str, str]:
-    """ConfigMap keys (DIR--FILE: a key may not hold a slash) for each source file; the pod's volume maps them back to their paths."""
+    """Each source file under a ConfigMap key (DIR--FILE: a key holds no slash); the pod's volume maps it back."""
     return {path.replace("/", "--"): (ROOT / path).read_text() for path in CONTROLLER_SOURCES}
 
 

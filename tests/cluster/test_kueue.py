@@ -311,7 +311,7 @@ def test_the_system_flavor_is_zone_blind_and_admits_both_ray_heads(dist: Path) -
 
 
 def test_quota_exhausted_the_second_waits_then_is_admitted_when_the_first_finishes() -> None:
-    kueue = platform_kueue("dev")
+    kueue = platform_kueue("dev", {"g6": 2})  # the quota of the gang's 2 nodes
     first, second = gpu_job("first"), gpu_job("second")
     kueue.submit(first, 0)
     kueue.pods_ready(key(first), True, 2 * MIN)
@@ -332,7 +332,7 @@ def test_quota_exhausted_the_second_waits_then_is_admitted_when_the_first_finish
 
 
 def test_more_than_the_queue_holds_is_never_admitted() -> None:
-    kueue = platform_kueue("dev")
+    kueue = platform_kueue("dev", {"g6": 2})  # the quota of the gang's 2 nodes
     (pending,) = kueue.submit(gpu_job("big", pods=3), 0)
     assert "insufficient quota for nvidia.com/gpu in flavor gpu-g6, previously considered podsets requests (0) " in (
         pending.message
@@ -349,7 +349,7 @@ def test_a_missing_local_queue_is_named() -> None:
 
 def test_strict_fifo_keeps_a_big_head_in_front() -> None:
     """StrictFIFO: a one-node job behind a two-node job waits even though one node's quota is free."""
-    kueue = platform_kueue("dev")
+    kueue = platform_kueue("dev", {"g6": 2})
     kueue.submit(gpu_job("one", pods=1), 0)
     kueue.pods_ready("Job/training/one", True, MIN)
     kueue.submit(gpu_job("two", pods=2), 2 * MIN)
@@ -518,7 +518,7 @@ def test_rayjob_finished_releases_its_quota_at_once(dist: Path) -> None:
 
 
 def test_elastic_raycluster_scales_in_slices(dist: Path) -> None:
-    kueue = platform_kueue("dev")
+    kueue = platform_kueue("dev", {"g6": 2})  # the quota of the gang's 2 nodes
     cluster = elastic_cluster(dist)
     job = key(cluster)
     kueue.submit(cluster, 0)

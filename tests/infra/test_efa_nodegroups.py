@@ -26,8 +26,8 @@ from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context, merged
 from tests.helpers import launch_template_of, nodegroup, of_type, resolve
 
-# Desired 0: On-Demand GPU groups launch nothing at deploy (issue 13).
-IDLE = Scaling(min_size=0, desired_size=0, max_size=2)
+# Desired 0: On-Demand GPU groups launch nothing at deploy (issue 13). Max 3: the default gang of 2 and its spare.
+IDLE = Scaling(min_size=0, desired_size=0, max_size=3)
 RESERVATION = "cr-0123456789abcdef0"
 
 # Written out by hand from AWS's EFA guidance, not computed by the code under test.
@@ -75,7 +75,7 @@ def reserved() -> dict[str, Any]:
         GpuNodeGroupConfig(
             name="odcrpg",
             instance_type="p5.48xlarge",
-            scaling=Scaling(min_size=0, desired_size=2, max_size=2),
+            scaling=Scaling(min_size=0, desired_size=2, max_size=3),
             capacity=Capacity(
                 kind=CapacityKind.RESERVATION, reservation_id=RESERVATION, placement_group_name="p5-odcr-pg"
             ),

@@ -129,7 +129,7 @@ def test_a_no_baseline_mark_beside_a_baseline_is_refused() -> None:
         GpuNodeGroupConfig(
             name="g6",
             instance_type="g6.12xlarge",
-            scaling=Scaling(min_size=0, desired_size=0, max_size=2),
+            scaling=Scaling(min_size=0, desired_size=0, max_size=3),
             no_baseline_yet="first run pending",
         )
 

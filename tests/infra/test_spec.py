@@ -329,6 +329,35 @@ def test_workload_nodes_within_the_group(nodes: int) -> None:
     assert "1 to scaling.max_size (4)" in str(err.value)
 
 
+# A spare for every gated gang: the fabric gate (training/fabric_gate.py) takes a node out of a multi-node gang by
+# tainting it, and the gang is re-placed only onto an untainted node beside it.
+
+
+def test_a_gated_group_that_cannot_hold_its_gang_plus_a_spare_is_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        gpu(0, workload_nodes=4)  # max_size 4: the gang fills the group
+    message = str(err.value)
+    assert "gpu_node_groups[p5].scaling.max_size=4" in message
+    assert "workload_nodes + 1 (5)" in message
+    assert "fabric gate" in message
+    assert "raise scaling.max_size to 5" in message
+
+
+def test_a_group_with_a_spare_or_a_single_node_gang_is_accepted() -> None:
+    assert gpu(0, workload_nodes=3).scaling.max_size == 4
+    single = GpuNodeGroupConfig(
+        name="p5", instance_type="p5.48xlarge", scaling=Scaling(min_size=0, desired_size=0, max_size=1), workload_nodes=1
+    )
+    assert single.workload_nodes == single.scaling.max_size  # one node: no fabric between nodes, no gate
+
+
+@pytest.mark.parametrize("env_name", sorted(ENVIRONMENTS))
+def test_every_declared_gated_group_holds_its_gang_plus_a_spare(env_name: str) -> None:
+    for group in ENVIRONMENTS[env_name].gpu_node_groups:
+        if group.workload_nodes >= 2:
+            assert group.scaling.max_size >= group.workload_nodes + 1, (env_name, group.name)
+
+
 def test_placement_group_name_refused_for_plain_on_demand() -> None:
     with pytest.raises(ConfigError) as err:
         Capacity(placement_group_name="my-pg")

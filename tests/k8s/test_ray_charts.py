@@ -135,8 +135,8 @@ def test_long_lived_cluster_workers_are_bounded_by_the_group() -> None:
     app = cdk8s.App()
     chart = RayClusterChart(app, "c", environment=ENVIRONMENTS["dev"], lock=LOCK, cluster=RayClusterConfig(workers=2))
     assert chart.spec["workerGroupSpecs"][0]["replicas"] == 2
-    with pytest.raises(WorkloadError, match=r"training: 3 workers on GPU group 'g6', which has at most 2 nodes"):
-        RayClusterChart(app, "d", environment=ENVIRONMENTS["dev"], lock=LOCK, cluster=RayClusterConfig(workers=3))
+    with pytest.raises(WorkloadError, match=r"training: 4 workers on GPU group 'g6', which has at most 3 nodes"):
+        RayClusterChart(app, "d", environment=ENVIRONMENTS["dev"], lock=LOCK, cluster=RayClusterConfig(workers=4))
     with pytest.raises(WorkloadError, match=r"ray_cluster.workers=-1 must be 0 or more"):
         RayClusterConfig(workers=-1)
 

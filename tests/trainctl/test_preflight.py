@@ -218,7 +218,7 @@ def gpu_group(
         name=name,
         instance_type=instance_type,
         scaling=Scaling(min_size=0, desired_size=0, max_size=max_size),
-        workload_nodes=min(2, max_size),
+        workload_nodes=2 if max_size >= 3 else 1,  # a gated gang of 2 needs a spare (GpuNodeGroupConfig)
         efa_interfaces=efa_interfaces,
         capacity=capacity,
     )
@@ -518,7 +518,7 @@ def test_quota_never_changed_falls_back_to_the_aws_default(moto: MotoServer, eks
         results = checks(DEV, aws("us-west-2", moto.url, eks, quotas))
         assert quotas.calls == [f"GetServiceQuota {G_QUOTA}", f"GetAWSDefaultServiceQuota {G_QUOTA}"]
     row = only(results, Check.QUOTA)
-    assert (row.status, row.reason) == (Status.FAIL, "64 vCPUs < 96 needed at max size (g6: 2 x 48)")
+    assert (row.status, row.reason) == (Status.FAIL, "64 vCPUs < 144 needed at max size (g6: 3 x 48)")
 
 
 def test_quota_is_skipped_for_a_group_on_a_capacity_block(moto: MotoServer, eks: FakeEks) -> None:

@@ -156,7 +156,7 @@ def test_cluster_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "need --env" in capsys.readouterr().err
     with pytest.raises(RehearsalError, match=r"--quota: .*GPU group='p9'.*allowed: g6"):
         rehearse(tmp_path, job("x", "print(1)"), cluster={"quota_nodes": {"p9": 1}})
-    with pytest.raises(RehearsalError, match=r"--quota: quota nodes of g6=3.*max_size \(2\)"):
-        rehearse(tmp_path, job("x", "print(1)"), cluster={"quota_nodes": {"g6": 3}})
+    with pytest.raises(RehearsalError, match=r"--quota: quota nodes of g6=4.*max_size \(3\)"):
+        rehearse(tmp_path, job("x", "print(1)"), cluster={"quota_nodes": {"g6": 4}})
     with pytest.raises(RehearsalError, match="hugepages-2Mi"):
         rehearse(tmp_path, job("h", "print(1)", resources={"limits": {"hugepages-2Mi": "10Mi", "memory": "1Gi"}}))

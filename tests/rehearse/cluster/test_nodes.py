@@ -36,8 +36,8 @@ def test_gpu_groups_default_to_zero_nodes_as_deployed() -> None:
 
 
 def test_more_nodes_than_the_group_allows_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match=r"--nodes g6=3.*0 to 2"):
-        build_nodes(ENVIRONMENTS["dev"], {"g6": 3})
+    with pytest.raises(ConfigError, match=r"--nodes g6=4.*0 to 3"):
+        build_nodes(ENVIRONMENTS["dev"], {"g6": 4})
     with pytest.raises(ConfigError, match=r"--nodes='p4'"):
         build_nodes(ENVIRONMENTS["dev"], {"p4": 1})
 
