@@ -152,11 +152,11 @@ NODE_EVENTS_ACK = "CKV_K8S_21=a Node's Events must be in default (Kubernetes eve
 
 
 def controller_config(environment: Environment, namespaces: tuple[str, ...]) -> ControllerConfig:
-    """The gated groups (every GPU group: every emitted multi-node GPU workload runs the gate), their queues and
-    one node's quota (k8s/queueing.py gpu_quota, as `trainctl scale` and the Platform stack write it)."""
+    """The gated groups (GpuNodeGroupConfig.gated: their multi-node jobs run the gate), their queues and one node's
+    quota (k8s/queueing.py gpu_quota, as `trainctl scale` and the Platform stack write it)."""
     groups = {}
     for group in environment.gpu_node_groups:
-        if group.scaling.max_size < 1:
+        if not group.gated:
             continue
         per_node = {r["name"]: r["nominalQuota"] for r in gpu_quota(group, 1).resources()}
         name = group.name

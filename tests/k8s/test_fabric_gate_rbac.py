@@ -74,7 +74,7 @@ def test_the_gated_pods_may_create_and_list_events_in_their_namespace_and_nothin
 def test_the_controller_holds_what_it_uses_and_cannot_delete_own_or_finalize_a_node(dist: Path, env: str) -> None:
     docs = objects(dist, env)
     roles = bound_to(docs, *CONTROLLER)
-    queues = tuple(sorted(f"gpu-{g.name}" for g in ENVIRONMENTS[env].gpu_node_groups))
+    queues = tuple(sorted(f"gpu-{g.name}" for g in ENVIRONMENTS[env].gpu_node_groups if g.gated))
     (cluster_role,) = [r for r in roles if r["kind"] == "ClusterRole"]
     assert rules(cluster_role) == {
         ("", "nodes", "get", ()),
@@ -252,7 +252,8 @@ def test_the_controller_runs_our_code_pinned_restricted_on_the_system_nodes(dist
     assert {i["path"] for i in volume["configMap"]["items"]} == set(CONTROLLER_SOURCES)
     config = ControllerConfig.from_json(json.loads(configmaps["fabric-gate-controller-config"]["config.json"]))
     assert config == controller_config(ENVIRONMENTS[env], ("ray", "training"))
-    assert set(config.groups) == {g.name for g in ENVIRONMENTS[env].gpu_node_groups}
+    assert set(config.groups) == {g.name for g in ENVIRONMENTS[env].gpu_node_groups if g.gated}
+    assert config.groups
 
 
 def test_every_module_the_controller_imports_ships_with_it() -> None:
