@@ -216,13 +216,20 @@ def test_failures_are_counted_per_run_and_bounded(tmp_path: Path) -> None:
     failed = GateVerdict(Outcome.FAIL, ("x",), suspects=("node-b",))
     first = record_failure(tmp_path, "uid-1", failed)
     assert first == 1
-    assert exit_code_for(failed, first, 2) == EXIT_RETRY
+    assert exit_code_for(failed, first, 2, taken=True) == EXIT_RETRY
     second = record_failure(tmp_path, "uid-1", failed)
-    assert exit_code_for(failed, second, 2) == EXIT_FAILED
+    assert exit_code_for(failed, second, 2, taken=True) == EXIT_FAILED
     assert record_failure(tmp_path, "uid-2", failed) == 1
     # Uncountable failures have no bound: fail. UNKNOWN cannot be fixed elsewhere: fail.
-    assert exit_code_for(failed, None, 2) == EXIT_FAILED
-    assert exit_code_for(GateVerdict(Outcome.UNKNOWN, ("x",)), 1, 5) == EXIT_FAILED
+    assert exit_code_for(failed, None, 2, taken=True) == EXIT_FAILED
+    assert exit_code_for(GateVerdict(Outcome.UNKNOWN, ("x",)), 1, 5, taken=True) == EXIT_FAILED
+
+
+def test_a_fail_that_took_no_node_out_fails_the_job_instead_of_coming_back_on_the_same_nodes() -> None:
+    # Issue 34 #4: the 2-node "cannot tell" case, a refused verdict or no controller: a retry would re-run the gate
+    # on the same nodes.
+    failed = GateVerdict(Outcome.FAIL, ("x",), suspects=())
+    assert exit_code_for(failed, 1, 2, taken=False) == EXIT_FAILED
 
 
 def test_injection_is_honoured_only_in_a_cpu_rehearsal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """The gate in a job: real processes on gloo (one per rank, NODE_NAME per simulated node), a CPU rehearsal with a
-fault injected at the gate for one node, a loopback API server: the verdict, the node search over real subgroups,
-the taint, the Events, each pod's termination message and verdict file, the bounded failures, the exit codes."""
+fault injected at the gate for one node, a loopback API server and the real remediation controller polling it: the
+verdict, the node search over real subgroups, the verdict Events, the controller's taint and answers, each pod's
+termination message and verdict file, the bounded failures, the exit codes."""
 
 from __future__ import annotations
 
@@ -9,15 +10,21 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.fabric_gate.fake_apiserver import FakeApiServer
+from fabric_controller.config import ControllerConfig, GroupConfig
+from fabric_controller.loop import Controller
+from tests.fabric_controller.objects_api import ObjectsApi, serving
+from tests.fabric_controller.test_loop import add_node, add_pod, add_workload, owner, taints
 from tests.tiers import starts_training_processes
-from training.fabric_gate import EXIT_FAILED, EXIT_RETRY, TAINT_KEY
+from training.fabric_gate import EXIT_FAILED, EXIT_RETRY
+from training.fabric_verdict import TAINT_KEY, TAKEN_REASON, VERDICT_REASON
+from training.kube_api import KubeApi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,6 +55,8 @@ def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, s
             "NODE_NAME": node,
             "LOCAL_RANK": str(rank % ranks_per_node),
             "POD_NAMESPACE": "training",
+            "POD_NAME": f"gated-{node}",
+            "POD_UID": f"uid-gated-{node}",
             "FABRIC_GATE_POD_DIR": str(pod),
             "FABRIC_GATE_TERMINATION_LOG": str(pod / "termination-log"),
             "FABRIC_GATE_RUN_ID": "run-1",
@@ -74,14 +83,41 @@ def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, s
     return ranks
 
 
+NODES = ["node-0", "node-1", "node-2", "node-3"]
+CQ = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpu-g6"
+
+
 @pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer()
-    for name in ("node-0", "node-1", "node-2", "node-3"):
-        server.add_node(name)
-    server.start()
-    yield server
-    server.stop()
+def apiserver() -> Iterator[ObjectsApi]:
+    """An admitted Job `gated` with one Running pod per node (gated-NODE), four g6 nodes, its ClusterQueue, and the
+    controller polling every 0.1 s until the test ends."""
+    api = ObjectsApi()
+    api.put(
+        "/apis/batch/v1/namespaces/training/jobs/gated",
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gated", "uid": "job-uid"}},
+    )
+    add_workload(api, "training", "job-uid")
+    for node in NODES:
+        add_node(api, node)
+        add_pod(api, "training", f"gated-{node}", node, [owner("batch/v1", "Job", "gated", "job-uid")])
+    flavor = {"name": "gpu-g6", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "16"}]}
+    api.put(CQ, {"metadata": {"name": "gpu-g6"}, "spec": {"resourceGroups": [{"flavors": [flavor]}]}})
+    config = ControllerConfig(("training",), {"g6": GroupConfig("g6", "gpu-g6", "gpu-g6", {"nvidia.com/gpu": "4"})})
+    stop = threading.Event()
+    with serving(api):
+        controller = Controller(KubeApi(api.url, "controller"), config, log=lambda _: None)
+
+        def poll() -> None:
+            while not stop.wait(0.1):
+                controller.tick()
+
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        try:
+            yield api
+        finally:
+            stop.set()
+            thread.join(5)
 
 
 def test_cpu_rehearsal_without_injection_reports_not_run(tmp_path: Path) -> None:
@@ -91,20 +127,23 @@ def test_cpu_rehearsal_without_injection_reports_not_run(tmp_path: Path) -> None
     assert "CPU rehearsal (PLATFORM_REHEARSAL=cpu): no NCCL, no EFA" in ranks[0].output
 
 
-def test_injected_slow_node_of_four_is_found_by_pairs_tainted_and_the_pods_exit_retryable(
-    tmp_path: Path, apiserver: FakeApiServer
+def test_injected_slow_node_of_four_is_found_by_pairs_taken_out_and_the_pods_exit_retryable(
+    tmp_path: Path, apiserver: ObjectsApi
 ) -> None:
     env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "slow:node-2", "FABRIC_GATE_API_URL": apiserver.url}
-    nodes = ["node-0", "node-1", "node-2", "node-3"]
+    nodes = NODES
     ranks = gated_job(tmp_path, nodes, 1, env)
     assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
     verdict = ranks[0].verdict
     assert all(r.verdict["summary"] == verdict["summary"] for r in ranks)  # one verdict per job
     assert verdict["suspects"] == ["node-2"]
     assert "pair test(s)" in str(verdict["localization"])
-    assert [t["key"] for t in apiserver.nodes["node-2"]["spec"]["taints"]] == [TAINT_KEY]
-    assert all("taints" not in apiserver.nodes[n]["spec"] for n in nodes if n != "node-2")
-    assert {e["involvedObject"]["kind"] for e in apiserver.events} == {"Node", "Job"}
+    # Only the pod on the suspect node spoke, for its own node; the controller took that node out.
+    assert [e["involvedObject"]["name"] for e in apiserver.events(VERDICT_REASON)] == ["gated-node-2"]
+    assert [t["key"] for t in taints(apiserver, "node-2")] == [TAINT_KEY]
+    assert all(taints(apiserver, n) == [] for n in nodes if n != "node-2")
+    assert {e["involvedObject"]["kind"] for e in apiserver.events(TAKEN_REASON)} == {"Node", "Job", "Pod"}
+    assert "node-2: taken out" in ranks[0].output
     for node in nodes:
         pod = tmp_path / f"pod-{node}"
         assert (pod / "termination-log").read_text().startswith("FABRIC GATE FAIL")
@@ -116,16 +155,16 @@ def test_injected_slow_node_of_four_is_found_by_pairs_tainted_and_the_pods_exit_
     assert [r.code for r in again] == [EXIT_FAILED] * 4
 
 
-def test_injected_fallback_on_one_of_two_nodes_names_it(tmp_path: Path, apiserver: FakeApiServer) -> None:
+def test_injected_fallback_on_one_of_two_nodes_names_it(tmp_path: Path, apiserver: ObjectsApi) -> None:
     env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "fallback:node-1", "FABRIC_GATE_API_URL": apiserver.url}
     ranks = gated_job(tmp_path, ["node-0", "node-1"], 2, env)
     assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
     assert ranks[0].verdict["suspects"] == ["node-1"]
     assert "rank 2 on" in str(ranks[0].verdict["summary"])
-    assert apiserver.nodes["node-1"]["spec"]["taints"][0]["value"] == "fallback"
+    assert taints(apiserver, "node-1")[0]["value"] == "fallback"
 
 
-def test_injected_slow_node_of_two_is_named_by_the_per_node_checks(tmp_path: Path, apiserver: FakeApiServer) -> None:
+def test_injected_slow_node_of_two_is_named_by_the_per_node_checks(tmp_path: Path, apiserver: ObjectsApi) -> None:
     env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "slow:node-0", "FABRIC_GATE_API_URL": apiserver.url}
     ranks = gated_job(tmp_path, ["node-0", "node-1"], 2, env)
     assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output

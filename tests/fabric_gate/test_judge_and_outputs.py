@@ -17,7 +17,6 @@ from training import emf
 from training.fabric_gate import (
     EXIT_FAILED,
     EXIT_RETRY,
-    TAINT_KEY,
     Bandwidth,
     Floor,
     GateVerdict,
@@ -25,7 +24,7 @@ from training.fabric_gate import (
     Outcome,
     RankTransport,
     emf_document,
-    take_out,
+    report_own_node,
     write_pod_verdict,
     write_termination_message,
 )
@@ -109,63 +108,39 @@ FAILED = GateVerdict(
 )
 
 
-def test_take_out_taints_the_suspect_keeping_other_taints_and_posts_events(apiserver: FakeApiServer) -> None:
-    api = KubeApi(apiserver.url, "token-123")
-    apiserver.conflicts = 1  # a concurrent writer changes the node once: the patch's test fails, the gate re-reads
-    done = take_out(FAILED, api, namespace="training", workload="Job/nvrx-fsdp", workload_uid="job-uid-1")
-    assert done == [
-        f"tainted node-b {TAINT_KEY}=below-floor:NoSchedule",
-        "Event on node node-b",
-        "Event on Job/nvrx-fsdp",
-    ]
-    taints = apiserver.nodes["node-b"]["spec"]["taints"]
-    assert taints == [
-        {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
-        {"key": TAINT_KEY, "value": "below-floor", "effect": "NoSchedule"},
-    ]
-    assert "taints" not in apiserver.nodes["node-a"]["spec"]
-    patches = [r for r in apiserver.requests if r.method == "PATCH"]
-    assert len(patches) == 2
-    assert {r.content_type for r in patches} == {"application/json-patch+json"}
-    assert {r.authorization for r in apiserver.requests} == {"Bearer token-123"}
-    node_event, job_event = apiserver.events
-    # kubectl v0.36 `describe node` lists Events whose involvedObject.uid is the node's uid or its name, and
-    # `describe job` those with the Job's uid (pkg/describe/describe.go searchEvents): without one, neither shows.
-    assert node_event["involvedObject"] == {
-        "kind": "Node",
-        "name": "node-b",
+def test_a_pod_without_an_api_or_its_names_reports_why_and_takes_nothing_out(apiserver: FakeApiServer) -> None:
+    env = {"NODE_NAME": "node-b", "POD_NAME": "p", "POD_UID": "u", "POD_NAMESPACE": "training"}
+    assert report_own_node(FAILED, None, workload=None, environ=env).text.startswith("no Kubernetes API")
+    partial = {k: v for k, v in env.items() if k != "POD_UID"}
+    outcome = report_own_node(FAILED, KubeApi(apiserver.url, "t"), workload=None, environ=partial)
+    assert (outcome.taken, outcome.text) == (False, "POD_NAME and POD_UID are not set: no verdict Event")
+    assert apiserver.events == []
+
+
+def test_the_verdict_event_names_the_pod_and_its_node_and_the_gate_waits_for_an_answer(
+    apiserver: FakeApiServer,
+) -> None:
+    env = {"NODE_NAME": "node-b", "POD_NAME": "nvrx-fsdp-1", "POD_UID": "uid-1", "POD_NAMESPACE": "training"}
+    outcome = report_own_node(
+        FAILED, KubeApi(apiserver.url, "token-123"), workload="Job/nvrx-fsdp", environ=env, wait_s=0.3, poll_s=0.1
+    )
+    (event,) = apiserver.events
+    assert event["involvedObject"] == {
+        "kind": "Pod",
         "apiVersion": "v1",
-        "uid": "uid-of-node-b",
+        "namespace": "training",
+        "name": "nvrx-fsdp-1",
+        "uid": "uid-1",
     }
-    assert node_event["metadata"]["namespace"] == "default"
-    assert job_event["involvedObject"]["kind"] == "Job"
-    assert job_event["involvedObject"]["uid"] == "job-uid-1"
-    assert job_event["metadata"]["namespace"] == "training"
-    assert node_event["reason"] == "FabricGateFailed"
-    assert "suspect node(s): node-b" in node_event["message"]
-
-
-def test_a_ray_jobs_event_names_the_uid_read_from_the_api_and_says_when_it_cannot(apiserver: FakeApiServer) -> None:
-    path = "/apis/ray.io/v1/namespaces/ray/rayjobs/qwen-finetune"
-    apiserver.objects[path] = {"kind": "RayJob", "metadata": {"name": "qwen-finetune", "uid": "rayjob-uid-7"}}
-    api = KubeApi(apiserver.url, "t")
-    done = take_out(FAILED, api, namespace="ray", workload="RayJob/qwen-finetune")
-    assert done[-1] == "Event on RayJob/qwen-finetune"
-    assert apiserver.events[-1]["involvedObject"]["uid"] == "rayjob-uid-7"
-    del apiserver.objects[path]
-    done = take_out(FAILED, api, namespace="ray", workload="RayJob/qwen-finetune")
-    assert done[-1].startswith(f"Event on RayJob/qwen-finetune (without its uid: GET {path}: HTTP 404")
-    assert "uid" not in apiserver.events[-1]["involvedObject"]
-
-
-def test_take_out_reports_api_errors_instead_of_raising(apiserver: FakeApiServer) -> None:
-    verdict = GateVerdict(Outcome.FAIL, ("x",), suspects=("node-gone",))
-    done = take_out(verdict, KubeApi(apiserver.url, "t"), namespace="training", workload=None)
-    assert done[0].startswith("could not taint node-gone: GET /api/v1/nodes/node-gone: HTTP 404")
-    # Untainted, its uid unread: the Event names the node by the kubelet's convention (uid = the node's name), the
-    # other uid `kubectl describe node` matches.
-    assert apiserver.events[0]["involvedObject"]["uid"] == "node-gone"
-    assert take_out(verdict, None, namespace="training", workload=None)[0].startswith("no Kubernetes API")
+    assert event["metadata"]["namespace"] == "training"
+    assert event["reason"] == "FabricGateFailed"
+    assert event["metadata"]["annotations"]["fabric-gate.platform/node"] == "node-b"
+    assert event["metadata"]["annotations"]["fabric-gate.platform/taint"] == "below-floor"
+    assert "suspect node(s): node-b" in event["message"]
+    assert {r.authorization for r in apiserver.requests} == {"Bearer token-123"}
+    # Nobody answered: nothing was taken out, and the gate says so.
+    assert not outcome.taken
+    assert "no answer from the remediation controller" in outcome.text
 
 
 def test_in_cluster_api_needs_the_token(tmp_path: Path) -> None:

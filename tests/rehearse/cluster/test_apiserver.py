@@ -1,7 +1,8 @@
-"""The cluster rehearsal's Kubernetes API (rehearse/cluster/apiserver.py) on 127.0.0.1, driven by the fabric gate's
-own client (training/fabric_gate.py KubeApi, take_out) and authorized by the emitted fabric-gate chart (RBAC and the
-ValidatingAdmissionPolicy, k8s/charts/fabric_gate.py): a taint the gate adds reaches the scheduler at once; what the
-identity may not do is refused with the API server's answers; what the server does not emulate is named."""
+"""The cluster rehearsal's Kubernetes API (rehearse/cluster/apiserver.py) on 127.0.0.1, driven by the clients of the
+fabric gate and of its controller (training/kube_api.py, fabric_controller/act.py) and authorized by the emitted
+objects (k8s/charts/fabric_gate.py: RBAC and the controller's ValidatingAdmissionPolicy): the gated pods' token may
+post a verdict Event in its own namespace and touch no node; the controller's taint reaches the scheduler at once;
+what an identity may not do is refused with the API server's answers; what the server does not emulate is named."""
 
 from __future__ import annotations
 
@@ -14,42 +15,40 @@ from typing import Any
 import cdk8s
 import pytest
 
+from fabric_controller import act
 from infra.spec import get_environment
-from k8s.charts.fabric_gate import FabricGateChart
+from k8s.charts.fabric_gate import FabricGate
+from k8s.check_lock import check_lock
+from k8s.images import ImageLock
 from rehearse.cluster.apiserver import ClusterApi
 from rehearse.cluster.nodes import ClusterNode, build_nodes
 from rehearse.cluster.scheduler import PodToPlace, Volumes, schedule
 from rehearse.network import LoopbackNetwork
 from rehearse.pods import PodPlan
-from training.fabric_gate import (
-    API_TOKEN_ENV,
-    API_URL_ENV,
-    TAINT_KEY,
-    GateVerdict,
-    KubeApi,
-    KubeError,
-    Outcome,
-    take_out,
-)
+from training.fabric_verdict import TAINT_KEY, ReportedVerdict
+from training.kube_api import API_TOKEN_ENV, API_URL_ENV, KubeApi, KubeError
 
 GPU_POD = {
     "nodeSelector": {"role": "gpu-worker", "platform/gpu-group": "g6"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
 }
+CONTROLLER = ("fabric-gate-system", "fabric-gate-controller")
 
 
-def gate_chart() -> list[dict[str, Any]]:
-    app = cdk8s.App()
-    return list(FabricGateChart(app, "fabric-gate", namespaces=("ray", "training")).to_json())
+def gate_objects() -> list[dict[str, Any]]:
+    chart = cdk8s.Chart(cdk8s.App(), "namespaces")
+    lock = check_lock(ImageLock.load())
+    FabricGate(chart, "fabric-gate", environment=get_environment("prod"), lock=lock, namespaces=("ray", "training"))
+    return list(chart.to_json())
 
 
 @pytest.fixture
 def cluster() -> Iterator[tuple[ClusterApi, list[ClusterNode]]]:
     nodes = build_nodes(get_environment("prod"), {"g6": 3})
-    api = ClusterApi(nodes, gate_chart(), log=lambda _: None)
+    api = ClusterApi(nodes, gate_objects(), log=lambda _: None)
     api.start(LoopbackNetwork())
-    yield api, [n for n in nodes if n.group == "g6"]
+    yield api, nodes
     api.close()
 
 
@@ -59,14 +58,14 @@ def client(api: ClusterApi, namespace: str = "training", account: str = "fabric-
     return KubeApi(env[API_URL_ENV], env.get(API_TOKEN_ENV, "no-token"))
 
 
-def verdict(*suspects: str) -> GateVerdict:
-    return GateVerdict(Outcome.FAIL, ("rank 1 on socket",), suspects=suspects, failing=())
+def gpu_nodes(nodes: list[ClusterNode]) -> list[ClusterNode]:
+    return [n for n in nodes if n.group == "g6"]
 
 
-def test_the_gate_taints_a_node_and_the_scheduler_keeps_new_pods_off_it(cluster: Any) -> None:
-    api, gpu = cluster
-    actions = take_out(verdict(gpu[0].name), client(api), namespace="training", workload="Job/nvrx-fsdp")
-    assert f"tainted {gpu[0].name} {TAINT_KEY}=failed:NoSchedule" in actions, actions
+def test_the_controller_taints_a_gpu_node_and_the_scheduler_keeps_new_pods_off_it(cluster: Any) -> None:
+    api, nodes = cluster
+    gpu = gpu_nodes(nodes)
+    act.taint(client(api, *CONTROLLER), gpu[0].name, "failed")
     assert {"key": TAINT_KEY, "value": "failed", "effect": "NoSchedule"} in gpu[0].taints
     assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in gpu[0].taints
     placed = schedule(PodToPlace("x", "training", {}, GPU_POD), gpu, Volumes())
@@ -76,57 +75,50 @@ def test_the_gate_taints_a_node_and_the_scheduler_keeps_new_pods_off_it(cluster:
     assert "untolerated taint {platform/fabric-gate: failed}" in getattr(only, "message", ""), only
 
 
-def test_the_gate_posts_its_events_where_the_api_server_accepts_them(cluster: Any) -> None:
-    api, gpu = cluster
-    actions = take_out(verdict(gpu[0].name), client(api), namespace="training", workload="Job/nvrx-fsdp")
-    assert f"Event on node {gpu[0].name}" in actions, actions
-    assert "Event on Job/nvrx-fsdp (without its uid: JOB_UID is not set)" in actions, actions
-    by_kind = {e["involvedObject"]["kind"]: e for e in api.events}
-    assert by_kind["Node"]["metadata"]["namespace"] == "default"
-    assert by_kind["Job"]["metadata"]["namespace"] == "training"
-    assert all(e["reason"] == "FabricGateFailed" for e in api.events)
-    # The node's Event names the uid the PATCH answered with, so `kubectl describe node` lists it; the Job's has
-    # none here (no JOB_UID outside a Job's pod), which the server notes.
-    node_uid = client(api).request("GET", f"/api/v1/nodes/{gpu[0].name}")["metadata"]["uid"]
-    assert by_kind["Node"]["involvedObject"]["uid"] == node_uid
-    (note,) = api.notes
-    assert note.startswith("Event training/nvrx-fsdp.fabric-gate-")
-    assert "on Job/nvrx-fsdp has involvedObject.uid (none), not the object's: `kubectl describe` would not" in note
+def test_the_gated_pods_token_reads_and_patches_no_node(cluster: Any) -> None:
+    api, nodes = cluster
+    gate, name = client(api), gpu_nodes(nodes)[0].name
+    with pytest.raises(KubeError, match=r'HTTP 403.*\\"system:serviceaccount:training:fabric-gate\\" cannot get'):
+        gate.get(f"/api/v1/nodes/{name}")
+    taint = [{"op": "add", "path": "/spec/taints", "value": [{"key": TAINT_KEY, "value": "x", "effect": "NoSchedule"}]}]
+    with pytest.raises(KubeError, match="HTTP 403"):
+        gate.json_patch(f"/api/v1/nodes/{name}", taint)
+    assert [t["key"] for t in gpu_nodes(nodes)[0].taints] == ["nvidia.com/gpu"]
 
 
-def test_a_ray_jobs_event_carries_the_uid_the_gate_reads_through_its_rbac() -> None:
-    nodes = build_nodes(get_environment("prod"), {"g6": 2})
-    ray_job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "qwen-finetune", "namespace": "ray"}}
-    api = ClusterApi(nodes, [*gate_chart(), ray_job], log=lambda _: None)
-    api.start(LoopbackNetwork())
-    try:
-        g6 = [n for n in nodes if n.group == "g6"]
-        actions = take_out(verdict(g6[0].name), client(api, "ray"), namespace="ray", workload="RayJob/qwen-finetune")
-        assert "Event on RayJob/qwen-finetune" in actions, actions
-        uid = client(api, "ray").request("GET", "/apis/ray.io/v1/namespaces/ray/rayjobs/qwen-finetune")["metadata"]
-        assert [e["involvedObject"].get("uid") for e in api.events if e["involvedObject"]["kind"] == "RayJob"] == [
-            uid["uid"]
-        ]
-        assert api.notes == []
-        # Another identity may neither read it nor post Events: both refusals are the API server's 403.
-        other = take_out(verdict(), client(api, "ray", "default"), namespace="ray", workload="RayJob/qwen-finetune")
-        assert len(other) == 1, other
-        assert other[0].startswith(
-            "could not post the Event on RayJob/qwen-finetune: POST /api/v1/namespaces/ray/events: HTTP 403"
-        ), other
-    finally:
-        api.close()
+def test_the_gate_posts_its_verdict_on_its_own_pod_and_in_no_other_namespace(cluster: Any) -> None:
+    api, nodes = cluster
+    claim = ReportedVerdict(
+        "", "training", "nvrx-fsdp-0", "pod-uid", gpu_nodes(nodes)[0].name, "fallback", "Job/x", "m"
+    )
+    created = client(api).create_event(claim.to_event())
+    assert created["metadata"]["namespace"] == "training"
+    assert [e["involvedObject"]["kind"] for e in api.events] == ["Pod"]
+    with pytest.raises(KubeError, match=r'HTTP 403.*cannot create resource \\"events\\"'):
+        client(api, "training").create_event(
+            {**claim.to_event(), "metadata": {"generateName": "x-", "namespace": "ray"}}
+        )
+
+
+def test_the_controller_posts_a_nodes_events_where_the_api_server_accepts_them(cluster: Any) -> None:
+    api, nodes = cluster
+    controller, node = client(api, *CONTROLLER), gpu_nodes(nodes)[0]
+    uid = controller.get(f"/api/v1/nodes/{node.name}")["metadata"]["uid"]
+    act.event(controller, act.NODE_EVENT_NAMESPACE, act.node_ref({"metadata": {"uid": uid}}, node.name), "R", "m")
+    (event,) = api.events
+    assert (event["metadata"]["namespace"], event["involvedObject"]["uid"]) == ("default", uid)
+    assert api.notes == []  # kubectl describe node would list it
 
 
 def test_an_event_on_a_node_in_a_workload_namespace_is_invalid_as_the_api_server_says(cluster: Any) -> None:
-    api, gpu = cluster
-    gate = client(api)
+    api, nodes = cluster
     with pytest.raises(KubeError, match=r"HTTP 422.*does not match event.namespace"):
-        gate.event("training", {"kind": "Node", "name": gpu[0].name, "apiVersion": "v1"}, "m")
+        act.event(client(api, *CONTROLLER), "training", act.node_ref(None, gpu_nodes(nodes)[0].name), "R", "m")
 
 
 def test_another_identity_is_forbidden_and_a_pod_without_a_token_unauthorized(cluster: Any) -> None:
-    api, gpu = cluster
+    api, nodes = cluster
+    gpu = gpu_nodes(nodes)
     with pytest.raises(KubeError, match=r'HTTP 403.*User \\"system:serviceaccount:training:default\\" cannot get'):
         client(api, account="default").request("GET", f"/api/v1/nodes/{gpu[0].name}")
     with pytest.raises(KubeError, match="HTTP 401"):
@@ -134,15 +126,20 @@ def test_another_identity_is_forbidden_and_a_pod_without_a_token_unauthorized(cl
     assert gpu[0].taints == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 
 
-def test_the_admission_policy_denies_the_gate_anything_but_its_taint(cluster: Any) -> None:
-    api, gpu = cluster
-    gate = client(api)
+def test_the_admission_policy_denies_the_controller_anything_but_its_taint_on_a_gated_gpu_node(cluster: Any) -> None:
+    api, nodes = cluster
+    gpu = gpu_nodes(nodes)
+    gate = client(api, *CONTROLLER)
+    (system,) = [n for n in nodes if n.group != "g6"][:1]
+    with pytest.raises(KubeError, match=r"HTTP 422.*only change GPU workers of a gated group"):
+        act.taint(gate, system.name, "fallback")
+    assert all(t["key"] != TAINT_KEY for t in system.taints)
     node = gate.request("GET", f"/api/v1/nodes/{gpu[0].name}")
     drop_gpu_taint = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
         {"op": "replace", "path": "/spec/taints", "value": [{"key": TAINT_KEY, "value": "x", "effect": "NoSchedule"}]},
     ]
-    with pytest.raises(KubeError, match=r"HTTP 422.*fabric-gate-taint-only.*may change no taint but"):
+    with pytest.raises(KubeError, match=r"HTTP 422.*fabric-gate-controller-taint-only.*may change no taint but"):
         gate.request("PATCH", f"/api/v1/nodes/{gpu[0].name}", drop_gpu_taint, "application/json-patch+json")
     assert [t["key"] for t in gpu[0].taints] == ["nvidia.com/gpu"]
     stale = [{"op": "test", "path": "/metadata/resourceVersion", "value": "0"}]
@@ -172,8 +169,9 @@ def _raw(api: ClusterApi, method: str, path: str, token: str, body: Any = None, 
 def test_what_the_server_does_not_emulate_is_named_and_stops_the_run(
     cluster: Any, method: str, path: str, ctype: str, named: str
 ) -> None:
-    api, gpu = cluster
-    token = client(api).token
+    api, nodes = cluster
+    gpu = gpu_nodes(nodes)
+    token = client(api, *CONTROLLER).token
     code, answer = _raw(api, method, path.replace("NODE", gpu[0].name), token, [] if method == "PATCH" else None, ctype)
     assert code == 501
     assert named in answer["message"]
@@ -184,7 +182,8 @@ def test_what_the_server_does_not_emulate_is_named_and_stops_the_run(
 
 
 def test_a_patch_of_anything_but_taints_is_not_emulated_for_an_identity_the_policy_does_not_bind(cluster: Any) -> None:
-    api, gpu = cluster
+    api, nodes = cluster
+    gpu = gpu_nodes(nodes)
     admin = api.rbac.bindings.append(
         {
             "kind": "ClusterRoleBinding",
