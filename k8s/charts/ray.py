@@ -176,8 +176,8 @@ class RayJobChart(cdk8s.Chart):
         # Refuses an environment without the shared claim (the workers, driver and controller among them, must see one
         # storage path).
         checkpoint_claim(environment, workload=f"RayJob {job.name}", pods=group.workload_nodes)
-        # The gate proves the fabric between nodes: a one-node cluster has none to prove (GpuNodeGroupConfig.gated, whose
-        # max_size also holds the spare the gang is re-placed onto).
+        # The gate proves the fabric between nodes: a one-node cluster has none to prove (GpuNodeGroupConfig.gated,
+        # whose max_size also holds the spare the gang is re-placed onto).
         gated = job.fabric_gate and group.gated
         gate = None
         if gated:

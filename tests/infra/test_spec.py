@@ -346,7 +346,10 @@ def test_a_gated_group_that_cannot_hold_its_gang_plus_a_spare_is_refused() -> No
 def test_a_group_with_a_spare_or_a_single_node_gang_is_accepted() -> None:
     assert gpu(0, workload_nodes=3).scaling.max_size == 4
     single = GpuNodeGroupConfig(
-        name="p5", instance_type="p5.48xlarge", scaling=Scaling(min_size=0, desired_size=0, max_size=1), workload_nodes=1
+        name="p5",
+        instance_type="p5.48xlarge",
+        scaling=Scaling(min_size=0, desired_size=0, max_size=1),
+        workload_nodes=1,
     )
     assert single.workload_nodes == single.scaling.max_size  # one node: no fabric between nodes, no gate
 
