@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.spec import ConfigError, Environment, GpuNodeGroupConfig, get_environment
+from trainctl import gate_taints
 from trainctl.aws import (
     Aws,
     AwsError,
@@ -351,7 +352,8 @@ def find_capacity(
         )
         return report, env
     group = groups[group_name]
-    count = group.workload_nodes if nodes is None else nodes  # at least 1 (GpuNodeGroupConfig)
+    # By default the group's jobs' nodes, and beside a gated gang its spare (GpuNodeGroupConfig.nodes_with_spare).
+    count = group.nodes_with_spare if nodes is None else nodes  # at least 1 (GpuNodeGroupConfig)
     report.group, report.instance_type, report.nodes, report.gpu_zone = (
         group.name,
         group.instance_type,
@@ -363,6 +365,10 @@ def find_capacity(
             f"--nodes {count} is outside 1..{group.scaling.max_size} (scaling.max_size of group {group.name} in "
             f"{ENVIRONMENTS_FILE}); checked anyway"
         )
+    fix = f"trainctl capacity --env {env.name} --group {group.name} --nodes {group.nodes_with_spare}"
+    spare = gate_taints.spare_warning(group, count, fix=fix)
+    if spare is not None:
+        report.warnings.append(spare)
     for region in dict.fromkeys([env.region, *regions]):
         aws = Aws(region=region, profile=profile, endpoint_urls=endpoint_urls, session=session)
         say(f"checking the zones of {region}")

@@ -1,9 +1,13 @@
-"""Nodes the fabric gate took out (training/fabric_gate.py), for `trainctl status` and `trainctl scale`.
+"""Nodes the fabric gate took out (training/fabric_gate.py), for `trainctl status` and `trainctl scale`, and whether
+a gated group keeps a spare beside its gang (`trainctl scale`, `trainctl capacity`).
 
 A multi-node job whose gate fails taints the suspect node `platform/fabric-gate=<why>:NoSchedule` (its Events say
 why: `kubectl describe node NODE`); new pods stay off it, running ones are not evicted. After the node is repaired
 (or replaced: terminating the instance is often quicker), an operator releases it with the command printed here.
 The gate itself can never remove its taint (k8s/charts/fabric_gate.py's admission policy).
+
+The job is then re-placed, whole nodes only, onto untainted nodes: a gated group needs its gang plus a spare
+(infra/spec/environments.py GATE_SPARE_NODES, GpuNodeGroupConfig.nodes_with_spare), and a tainted node is no spare.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infra.spec import GpuNodeGroupConfig
 from trainctl.kube import api_errors
 from trainctl.output import table
 from training.fabric_gate import TAINT_EFFECT, TAINT_KEY
@@ -75,3 +80,30 @@ def render(tainted: Sequence[GateTaint]) -> list[str]:
         f"Nodes taken out by the fabric gate ({TAINT_KEY}; why: kubectl describe node NODE, its Events):",
         table(["NODE", "REASON", "RELEASE AFTER REPAIR"], rows),
     ]
+
+
+def spare_warning(group: GpuNodeGroupConfig, nodes: int, *, fix: str, tainted: Sequence[GateTaint] = ()) -> str | None:
+    """None when `nodes` nodes of the group, `tainted` among them, leave its gated gang a spare untainted node (or
+    the group is not gated, or goes to 0); else one line naming the group, the gang, the nodes and the fix. `fix`:
+    the command that asks for the gang and its spare (the caller's own, with `--nodes {group.nodes_with_spare}`)."""
+    if nodes == 0 or not group.gated:
+        return None
+    untainted = max(0, nodes - len(tainted))
+    if untainted >= group.nodes_with_spare:
+        return None
+    gang = group.workload_nodes
+    counted = f"{nodes} node(s)"
+    if tainted:
+        names = ", ".join(t.node for t in tainted)
+        counted += f", {len(tainted)} of them taken out by the fabric gate ({names}), leave {untainted} untainted and"
+    fixes = [fix] if nodes < group.nodes_with_spare else []
+    fixes += [
+        f"release {t.node} after repair ({t.release}) or replace it (terminate its instance: the group launches "
+        "another)"
+        for t in tainted
+    ]
+    return (
+        f"group {group.name}: {counted} give its gated gang of {gang} no spare: when the fabric gate takes a node "
+        f"out, the gang is re-placed only onto untainted nodes: it needs {group.nodes_with_spare} untainted (the gang "
+        f"and a spare). Fix: {'; '.join(fixes)}"
+    )

@@ -2,7 +2,9 @@
 the AWS half, then the wait for the nodes (trainctl/node_readiness.py).
 
 1. N must lie within the group's scaling.min_size..max_size (infra/spec/environments.py) and the
-   deployed node group's (eks:DescribeNodegroup); otherwise nothing is changed.
+   deployed node group's (eks:DescribeNodegroup); otherwise nothing is changed. A gated group (its jobs run the
+   fabric gate) should get its gang plus a spare (GpuNodeGroupConfig.nodes_with_spare): below that, or when a node
+   of the group carries the gate's taint, the report warns, naming the fix (trainctl/gate_taints.py spare_warning).
 2. Kueue quota, shrinking (trainctl/queue_quota.py): ClusterQueue gpu-<group>'s quota is read and, when it
    covers more than N nodes, lowered to N before the node group changes (nothing new lands on leaving nodes).
 3. eks:UpdateNodegroupConfig sets scalingConfig.desiredSize=N, keeping min and max; the update is
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.spec import ConfigError, Environment, GpuNodeGroupConfig, get_environment
-from trainctl import queue_quota
+from trainctl import gate_taints, queue_quota
 from trainctl.aws import Aws, AwsError
 from trainctl.eks_auth import DEFAULT_REQUEST_TIMEOUT_S, ConnectError
 from trainctl.exit_codes import ExitCode
@@ -69,8 +71,14 @@ class ScaleReport:
     health: list[str] = field(default_factory=list)
     quota: queue_quota.QuotaSync | None = None
     """The group's Kueue quota, moved with the nodes."""
+    spare: str | None = None
+    """Why the gated gang has no spare untainted node (gate_taints.spare_warning), or None."""
     errors: list[str] = field(default_factory=list)
     """Could not run: refused input, AWS or Kubernetes API failures."""
+
+    @property
+    def warnings(self) -> list[str]:
+        return [] if self.spare is None or self.errors else [self.spare]
 
     @property
     def exit_code(self) -> ExitCode:
@@ -129,6 +137,7 @@ class ScaleReport:
             "queue_quota": None if self.quota is None else self.quota.to_json(),
             "exit_code": int(self.exit_code),
             "summary": self.summary(),
+            "warnings": self.warnings,
             "errors": list(self.errors),
         }
 
@@ -152,7 +161,7 @@ class ScaleReport:
         if self.health and self.ready is False:
             out += ["node group health:", *(f"  {line}" for line in self.health), ""]
         out.append(self.summary())
-        err = "".join(f"error: {e}\n" for e in self.errors)
+        err = "".join(f"warning: {w}\n" for w in self.warnings) + "".join(f"error: {e}\n" for e in self.errors)
         return "\n".join(out) + "\n", err
 
 
@@ -233,6 +242,8 @@ def scale(
     if bounds:
         report.errors.append(bounds)
         return report
+    fix = f"trainctl scale --env {env.name} --group {group.name} --nodes {group.nodes_with_spare}"
+    report.spare = gate_taints.spare_warning(group, nodes, fix=fix)  # the count; the nodes' taints once seen
     cluster = cluster_name or env.cluster.name
     report.nodegroup = nodegroup = nodegroup_name(env, group)
     aws = aws_factory(env.region)
@@ -284,6 +295,8 @@ def scale(
             timeout=request_timeout,
             say=say,
         )
+        tainted = [t for n in report.node_report.nodes if (t := gate_taints.from_taints(n.name, n.taints))]
+        report.spare = gate_taints.spare_warning(group, nodes, fix=fix, tainted=tainted)
         quota.after(api, len(report.node_report.usable))  # a growing group's quota goes up once its nodes are usable
     except KubeError as exc:
         report.errors.append(str(exc))

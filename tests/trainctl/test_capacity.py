@@ -31,7 +31,13 @@ def quotas() -> Iterator[FakeServiceQuotas]:
 
 
 def run(
-    moto: MotoServer, quotas: FakeServiceQuotas, *, probe: bool = False, sleep: Any = None, **front: Any
+    moto: MotoServer,
+    quotas: FakeServiceQuotas,
+    *,
+    probe: bool = False,
+    sleep: Any = None,
+    nodes: int | None = 2,
+    **front: Any,
 ) -> tuple[CapacityReport, CapacityEc2, list[str]]:
     ec2 = CapacityEc2(moto.url, **front)
     ec2.start()
@@ -40,7 +46,7 @@ def run(
         report, _ = find_capacity(
             ENV.name,
             group_name=GROUP.name,
-            nodes=2,
+            nodes=nodes,
             probe=probe,
             endpoint_urls={"ec2": ec2.url, "service-quotas": quotas.url},
             say=said.append,
@@ -77,6 +83,31 @@ def test_every_zone_judged_and_the_gpu_zone_recommended(moto: MotoServer, quotas
         assert best.name == ENV.gpu_availability_zone
         assert report.advice(ENV) is None
     assert report.exit_code == 0
+
+
+# A spare for every gated gang: a node the fabric gate takes out (tainted) is replaced only by an untainted spare.
+
+
+def test_a_gated_group_is_sized_to_its_gang_and_a_spare_by_default(moto: MotoServer, quotas: FakeServiceQuotas) -> None:
+    assert GROUP.workload_nodes == 2
+    report, _, _ = run(moto, quotas, nodes=None)
+    assert report.nodes == 3
+    assert {z.needed_vcpus for z in report.zones} == {3 * GROUP.instance.vcpus}
+    assert not [w for w in report.warnings if "spare" in w]
+    assert report.summary(ENV).startswith(f"recommended zone for 3 x {GROUP.instance_type} (group {GROUP.name})")
+
+
+def test_the_gang_alone_warns_naming_the_group_the_gang_the_nodes_and_the_fix(
+    moto: MotoServer, quotas: FakeServiceQuotas
+) -> None:
+    report, _, _ = run(moto, quotas, nodes=2)
+    (warning,) = [w for w in report.warnings if "spare" in w]
+    assert warning.startswith(f"group {GROUP.name}: 2 node(s) give its gated gang of 2 no spare")
+    assert f"Fix: trainctl capacity --env {ENV.name} --group {GROUP.name} --nodes 3" in warning
+    _, err = report.render(ENV)
+    assert f"warning: {warning}\n" in err
+    assert warning in report.to_json(ENV)["warnings"]
+    assert report.exit_code == 0  # a warning: the zones still say where 2 nodes launch
 
 
 def test_quota_short_everywhere_is_exit_1(moto: MotoServer) -> None:

@@ -23,6 +23,7 @@ from trainctl.cli import main
 from trainctl.eks_auth import api_client_from_kubeconfig
 from trainctl.node_readiness import EFA_PLUGIN, EFA_RESOURCE, GPU_RESOURCE, NODEGROUP_LABEL, NVIDIA_PLUGIN
 from trainctl.scale import ScaleReport, scale
+from training.fabric_gate import TAINT_KEY
 
 pytestmark = pytest.mark.usefixtures("fake_aws_credentials")
 
@@ -32,6 +33,7 @@ NODEGROUP = f"{ENV.cluster.name}-{GROUP.name}-{ENV.gpu_availability_zone}-od"  #
 GPUS = GROUP.instance.gpu.count if GROUP.instance.gpu else 0
 EFA = GROUP.efa_interface_count
 WANT = GROUP.scaling.max_size
+GANG = GROUP.workload_nodes  # dev's g6: a gated gang of 2, and max_size 3 holds its spare
 FULL = {GPU_RESOURCE: str(GPUS), EFA_RESOURCE: str(EFA)}
 NVIDIA_LABELS = dict(term.split("=") for term in NVIDIA_PLUGIN.selector.split(","))
 EFA_LABELS = dict(term.split("=") for term in EFA_PLUGIN.selector.split(","))
@@ -193,6 +195,75 @@ def test_nodes_that_become_ready_over_polls_pass(
     assert patch.node_polls >= 4
     assert f"Kueue quota of {QUEUE}: 0 -> {WANT} node(s)" in report.summary()
     assert report.to_json()["queue_quota"] == {"cluster_queue": QUEUE, "nodes_before": 0, "nodes_after": WANT}
+    assert WANT == GANG + 1
+    assert report.warnings == []  # the gang and its spare, none tainted
+
+
+# A spare for every gated gang: the fabric gate takes a node out with a taint, and the gang is re-placed only onto an
+# untainted node beside it.
+
+GATE_TAINT = {"key": TAINT_KEY, "value": "fallback", "effect": "NoSchedule"}
+
+
+def usable_nodes(names: list[str], tainted: tuple[str, ...] = ()) -> Callable[[int], tuple[list[Any], list[Any]]]:
+    def script(poll: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        nodes = [gpu_node(n, allocatable=FULL, taints=[GATE_TAINT] if n in tainted else []) for n in names]
+        return nodes, [p for n in names for p in plugins(n)]
+
+    return script
+
+
+def test_scaling_a_gated_group_to_its_gang_alone_warns_naming_the_fix(
+    cluster: MotoServer,
+    front_factory: Callable[..., EksFront],
+    cluster_kube: Callable[..., QueueKube],
+    tmp_path: Path,
+) -> None:
+    kube = cluster_kube(usable_nodes([f"ip-10-10-0-{i}" for i in range(GANG)]))
+    report = run_scale(front_factory(), kube, tmp_path, GANG)
+    assert report.exit_code == 0, report.to_json()  # a warning: the nodes are there and usable
+    (warning,) = report.warnings
+    assert warning.startswith(f"group {GROUP.name}: {GANG} node(s) give its gated gang of {GANG} no spare")
+    assert "fabric gate" in warning
+    assert warning.endswith(f"Fix: trainctl scale --env {ENV.name} --group {GROUP.name} --nodes {GANG + 1}")
+    _, err = report.render()
+    assert f"warning: {warning}\n" in err
+    assert report.to_json()["warnings"] == [warning]
+
+
+def test_a_gate_tainted_node_is_no_spare(
+    cluster: MotoServer,
+    front_factory: Callable[..., EksFront],
+    cluster_kube: Callable[..., QueueKube],
+    tmp_path: Path,
+) -> None:
+    """The group already runs the gang and its spare, and the gate took one of them out: scaling to gang + 1 again
+    leaves no spare, and the warning names the node and how to put it back."""
+    eks = boto3.client("eks", region_name=ENV.region, endpoint_url=cluster.url)
+    eks.update_nodegroup_config(
+        clusterName=ENV.cluster.name, nodegroupName=NODEGROUP, scalingConfig={"desiredSize": GANG + 1}
+    )
+    names = [f"ip-10-10-0-{i}" for i in range(GANG + 1)]
+    kube = cluster_kube(usable_nodes(names, tainted=(names[0],)), quota_nodes=GANG + 1)
+    report = run_scale(front_factory(), kube, tmp_path, GANG + 1, wait_s=0.3)
+    assert report.exit_code == 1  # the tainted node never becomes usable (unchanged: scale waits for every node)
+    (warning,) = report.warnings
+    assert warning.startswith(
+        f"group {GROUP.name}: {GANG + 1} node(s), 1 of them taken out by the fabric gate ({names[0]}), leave {GANG} "
+        f"untainted and give its gated gang of {GANG} no spare"
+    )
+    assert f"release {names[0]} after repair (kubectl taint node {names[0]} {TAINT_KEY}:NoSchedule-)" in warning
+    assert "--nodes" not in warning.split("Fix:")[1]  # the count is right; the node is what is missing
+
+
+def test_scaling_to_zero_does_not_warn(
+    cluster: MotoServer,
+    front_factory: Callable[..., EksFront],
+    cluster_kube: Callable[..., QueueKube],
+    tmp_path: Path,
+) -> None:
+    kube = cluster_kube(lambda poll: ([], []))
+    assert run_scale(front_factory(), kube, tmp_path, 0).warnings == []
 
 
 def test_node_without_efa_and_plugin_pending_on_a_taint_fail_naming_each(

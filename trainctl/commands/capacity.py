@@ -1,8 +1,8 @@
 """`trainctl capacity`: in which availability zone can N GPU nodes of a group launch now?
 
-    trainctl capacity --env prod --group p5 --nodes 2                 every zone of prod's region
+    trainctl capacity --env prod --group p5 --nodes 3                 every zone of prod's region
     trainctl capacity --env prod --group p5 --regions us-east-1       ... and of another region
-    trainctl capacity --env prod --group p5 --nodes 2 --probe         ... plus a real reservation probe
+    trainctl capacity --env prod --group p5 --nodes 3 --probe         ... plus a real reservation probe
 
 Per zone, with the caller's credentials:
 
@@ -21,6 +21,10 @@ Per zone, with the caller's credentials:
 
 A zone can take the nodes when every column that ran says so; the command recommends one (the
 environment's gpu_availability_zone when it qualifies) and says what to change if it is another.
+
+N defaults to the group's gang (workload_nodes) plus, for a gated group (2 or more nodes: the fabric gate runs), one
+spare: the gate takes a failing node out with a taint and the gang is re-placed only onto an untainted node. An N
+below that is checked, with a warning naming the N to ask for.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--nodes",
         type=node_count(1),
         metavar="N",
-        help="how many nodes (default: the group's workload nodes, else its desired size)",
+        help="how many nodes (default: the group's workload nodes, plus the spare a gated group keeps beside its gang; "
+        "fewer warns)",
     )
     parser.add_argument(
         "--regions", nargs="+", type=region_name, default=[], metavar="REGION", help="other regions to look at too"

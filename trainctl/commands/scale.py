@@ -1,8 +1,12 @@
 """`trainctl scale`: set a GPU node group's size and wait until every node can run GPU and EFA pods.
 
-    trainctl scale --env prod --group p5 --nodes 2             grow to 2 nodes, wait (30 min at most)
+    trainctl scale --env prod --group p5 --nodes 3             grow to 3 nodes, wait (30 min at most)
     trainctl scale --env prod --group p5 --nodes 0             shrink to none (no node wait)
-    trainctl scale --env dev --group g6 --nodes 2 --kubeconfig ~/.kube/config --wait 900
+    trainctl scale --env dev --group g6 --nodes 3 --kubeconfig ~/.kube/config --wait 900
+
+N for a gated group (its jobs span 2 or more nodes and run the fabric gate): the jobs' nodes (workload_nodes) plus
+one spare, 3 for the gangs of 2 here. The gate takes a failing node out with a taint and the gang is re-placed only
+onto untainted nodes; with fewer, or with a node the gate took out among them, the command warns, naming the fix.
 
 Steps:
 1. N must lie within the group's scaling.min_size..max_size (infra/spec/environments.py) and the
@@ -40,13 +44,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="set a GPU node group's desired size and wait until every node has its GPUs, EFA and device plugins",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit codes: 0 scaled (and, N > 0, every node usable), 1 the update failed or the nodes were not "
+        epilog="exit codes: 0 scaled (and, N > 0, every node usable; a gated group below its gang and a spare only "
+        "warns), 1 the update failed or the nodes were not "
         "usable within --wait (what is missing is named per node), 2 could not run (refused N, unknown "
         "environment or group, AWS or Kubernetes API errors)",
     )
     flags.add_env(parser)
     parser.add_argument("--group", required=True, metavar="NAME", help="the GPU node group")
-    parser.add_argument("--nodes", required=True, type=node_count(0), metavar="N", help="the desired node count")
+    parser.add_argument(
+        "--nodes",
+        required=True,
+        type=node_count(0),
+        metavar="N",
+        help="the desired node count (a gated group: its workload nodes plus one spare)",
+    )
     parser.add_argument(
         "--wait",
         type=seconds(24 * 3600),
