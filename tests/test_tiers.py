@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import os
 import shlex
 import subprocess
 import sys
@@ -28,8 +29,16 @@ def declared_markers() -> list[str]:
 def dry_run(target: str) -> list[list[str]]:
     """The command lines `make TARGET` runs, as make prints them without running anything."""
     assumed = [arg for stamp in STAMPS for arg in ("-o", stamp)]  # treat the toolchain as installed
+    # Run inside `make test`, this process inherits the outer make's variables (MAKEFLAGS carries
+    # BESIDE_REHEARSALS=1 to every make below it): ask as a user's shell would.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
     done = subprocess.run(
-        ["make", "--no-print-directory", "-n", *assumed, target], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", *assumed, target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     return [shlex.split(line) for line in done.stdout.splitlines()]
 
