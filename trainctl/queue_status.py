@@ -8,7 +8,8 @@ the two differ, the row says what it costs and the command that closes the gap (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from infra.spec import ConfigError, get_environment
@@ -18,6 +19,7 @@ from trainctl.kube import api_errors
 from trainctl.node_readiness import NODEGROUP_LABEL, expectation, survey
 from trainctl.output import table
 from trainctl.scale import nodegroup_name
+from training.fabric_verdict import TAINT_EFFECT, TAINT_KEY, TAKEN_ANNOTATION
 
 PLATFORM_SELECTOR = "app.kubernetes.io/managed-by=ml-platform"
 ENVIRONMENT_LABEL = "platform/environment"
@@ -32,6 +34,8 @@ class GroupQueue:
     usable_nodes: int
     registered_nodes: int
     difference: str | None
+    taken_out: tuple[str, ...] = field(default=())
+    """Nodes the fabric gate's controller took out of this queue's quota (its annotation, fabric_controller/)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,7 +46,22 @@ class GroupQueue:
             "usable_nodes": self.usable_nodes,
             "registered_nodes": self.registered_nodes,
             "difference": self.difference,
+            "taken_out": [{"node": n, "release": release_command(n)} for n in self.taken_out],
         }
+
+
+def release_command(node: str) -> str:
+    """What gives a repaired node back: the controller restores the quota once the taint is gone."""
+    return f"kubectl taint node {node} {TAINT_KEY}:{TAINT_EFFECT}-"
+
+
+def taken_out(queue: dict[str, Any]) -> tuple[str, ...]:
+    """The nodes the fabric gate's controller recorded on a ClusterQueue (an unreadable record shows as none)."""
+    text = ((queue.get("metadata") or {}).get("annotations") or {}).get(TAKEN_ANNOTATION)
+    try:
+        return tuple(sorted((json.loads(text) or {}).get("nodes") or {})) if text else ()
+    except (ValueError, AttributeError):
+        return ()
 
 
 def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
@@ -88,7 +107,10 @@ def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
             )
             usable, registered = len(report.usable), len(report.nodes)
             difference = queue_quota.difference(env, group, quota, usable, registered)
-            rows.append(GroupQueue(env.name, group.name, quota.queue, quota.nodes, usable, registered, difference))
+            taken = taken_out(queue) if queue is not None else ()
+            rows.append(
+                GroupQueue(env.name, group.name, quota.queue, quota.nodes, usable, registered, difference, taken)
+            )
     return rows
 
 
@@ -100,7 +122,15 @@ def render(rows: list[GroupQueue]) -> list[str]:
     ]
     for cell, row in zip(cells, rows, strict=True):
         cell += [str(row.registered_nodes), "yes" if row.difference is None else "NO (see the warning)"]
-    return [
+    lines = [
         "GPU queues (Kueue quota in whole nodes, beside the nodes that can run its pods):",
         table(["GROUP", "CLUSTERQUEUE", "QUOTA", "USABLE", "REGISTERED", "MATCH"], cells),
     ]
+    taken = [[r.group, n, release_command(n)] for r in rows for n in r.taken_out]
+    if taken:
+        lines += [
+            "",
+            "Quota the fabric gate's controller took out with a node (given back once the node is released):",
+            table(["GROUP", "NODE", "RELEASE AFTER REPAIR"], taken),
+        ]
+    return lines

@@ -118,6 +118,26 @@ def test_status_shows_the_queues_and_warns_with_the_fix(
             "usable_nodes": 0,
             "registered_nodes": 0,
             "difference": document["gpu_queues"][0]["difference"],
+            "taken_out": [],
         }
     ]
     assert document["gpu_queues"][0]["difference"].startswith("gpu-g6 covers 2 node(s) but 0 are usable")
+
+
+def test_the_quota_the_gate_controller_took_out_is_shown_with_the_release_command(queues: Any, tmp_path: Path) -> None:
+    """The controller (fabric_controller/) lowered the quota by one node and recorded the node on the queue."""
+    from trainctl.queue_status import render
+    from training.fabric_verdict import TAKEN_ANNOTATION
+
+    kube = queues(quota_nodes=2, nodes=2)
+    (queue,) = kube.queues.values()
+    record = {"nodes": {"ip-10-10-0-1": {"at": 1.0, "taint": "fallback"}}, "recent": [1.0]}
+    queue["metadata"].setdefault("annotations", {})[TAKEN_ANNOTATION] = json.dumps(record)
+    (row,) = rows(kube, tmp_path)
+    assert row.taken_out == ("ip-10-10-0-1",)
+    assert row.to_json()["taken_out"] == [
+        {"node": "ip-10-10-0-1", "release": "kubectl taint node ip-10-10-0-1 platform/fabric-gate:NoSchedule-"}
+    ]
+    text = "\n".join(render([row]))
+    assert "took out with a node" in text
+    assert "kubectl taint node ip-10-10-0-1 platform/fabric-gate:NoSchedule-" in text
