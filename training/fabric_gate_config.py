@@ -39,7 +39,8 @@ class GateConfig:
     efa_devices: int | None = None
     run_seconds: float | None = None
     run_id: str | None = None
-    """Which run the failures count against (default: FABRIC_GATE_RUN_ID, the Job's uid, 'default')."""
+    """Names the run's shared verdict file, and counts failures when the controller's answer carries no workload uid
+    (default: FABRIC_GATE_RUN_ID, the Job's uid, 'default')."""
 
     def __post_init__(self) -> None:
         if self.enabled and self.floor is None:
@@ -65,7 +66,12 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     add("--fabric-gate-workload", default=None, help="KIND/NAME of the workload, for its Event")
     add("--fabric-gate-efa-devices", type=int, default=None, help="EFA devices each node should show")
     add("--fabric-gate-run-seconds", type=float, default=None, help="the configured run, for the cost's share")
-    add("--fabric-gate-run-id", default=None, help="the run gate failures count against (default: the Job's uid)")
+    add(
+        "--fabric-gate-run-id",
+        default=None,
+        help="names the run's verdict file; failures count against the workload uid the controller answers with "
+        "(default: the Job's uid)",
+    )
 
 
 def gate_config(args: argparse.Namespace) -> GateConfig:

@@ -187,6 +187,8 @@ class RayJobChart(cdk8s.Chart):
                 workload=f"RayJob/{job.name}",
                 run_seconds=job.active_deadline_seconds,
             )
+            # Names the verdict file the driver reads on the claim (its workers write it); the failures count against
+            # the RayJob's uid, which the remediation controller's answer carries (no pod of the cluster is given it).
             gate = [*flags, f"--fabric-gate-run-id={job.name}"]
         cluster = ray_cluster_spec(
             environment,
