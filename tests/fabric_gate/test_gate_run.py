@@ -10,21 +10,14 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from fabric_controller.config import ControllerConfig, GroupConfig
-from fabric_controller.loop import Controller
-from tests.fabric_controller.objects_api import ObjectsApi, serving
-from tests.fabric_controller.test_loop import add_node, add_pod, add_workload, owner, taints
+from tests.fabric_controller.objects_api import ObjectsApi
+from tests.fabric_controller.test_loop import taints
 from tests.tiers import starts_training_processes
 from training.fabric_gate import EXIT_FAILED, EXIT_RETRY
 from training.fabric_verdict import TAINT_KEY, TAKEN_REASON, VERDICT_REASON
-from training.kube_api import KubeApi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,43 +76,6 @@ def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, s
     return ranks
 
 
-NODES = ["node-0", "node-1", "node-2", "node-3"]
-CQ = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpu-g6"
-
-
-@pytest.fixture
-def apiserver() -> Iterator[ObjectsApi]:
-    """An admitted Job `gated` with one Running pod per node (gated-NODE), four g6 nodes, its ClusterQueue, and the
-    controller polling every 0.1 s until the test ends."""
-    api = ObjectsApi()
-    api.put(
-        "/apis/batch/v1/namespaces/training/jobs/gated",
-        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gated", "uid": "job-uid"}},
-    )
-    add_workload(api, "training", "job-uid")
-    for node in NODES:
-        add_node(api, node)
-        add_pod(api, "training", f"gated-{node}", node, [owner("batch/v1", "Job", "gated", "job-uid")])
-    flavor = {"name": "gpu-g6", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "16"}]}
-    api.put(CQ, {"metadata": {"name": "gpu-g6"}, "spec": {"resourceGroups": [{"flavors": [flavor]}]}})
-    config = ControllerConfig(("training",), {"g6": GroupConfig("g6", "gpu-g6", "gpu-g6", {"nvidia.com/gpu": "4"})})
-    stop = threading.Event()
-    with serving(api):
-        controller = Controller(KubeApi(api.url, "controller"), config, log=lambda _: None)
-
-        def poll() -> None:
-            while not stop.wait(0.1):
-                controller.tick()
-
-        thread = threading.Thread(target=poll, daemon=True)
-        thread.start()
-        try:
-            yield api
-        finally:
-            stop.set()
-            thread.join(5)
-
-
 def test_cpu_rehearsal_without_injection_reports_not_run(tmp_path: Path) -> None:
     ranks = gated_job(tmp_path, ["node-0", "node-1"], 1, {"PLATFORM_REHEARSAL": "cpu"})
     assert [r.code for r in ranks] == [0, 0]
@@ -128,10 +84,10 @@ def test_cpu_rehearsal_without_injection_reports_not_run(tmp_path: Path) -> None
 
 
 def test_injected_slow_node_of_four_is_found_by_pairs_taken_out_and_the_pods_exit_retryable(
-    tmp_path: Path, apiserver: ObjectsApi
+    tmp_path: Path, controlled: ObjectsApi
 ) -> None:
-    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "slow:node-2", "FABRIC_GATE_API_URL": apiserver.url}
-    nodes = NODES
+    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "slow:node-2", "FABRIC_GATE_API_URL": controlled.url}
+    nodes = ["node-0", "node-1", "node-2", "node-3"]
     ranks = gated_job(tmp_path, nodes, 1, env)
     assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
     verdict = ranks[0].verdict
@@ -139,10 +95,10 @@ def test_injected_slow_node_of_four_is_found_by_pairs_taken_out_and_the_pods_exi
     assert verdict["suspects"] == ["node-2"]
     assert "pair test(s)" in str(verdict["localization"])
     # Only the pod on the suspect node spoke, for its own node; the controller took that node out.
-    assert [e["involvedObject"]["name"] for e in apiserver.events(VERDICT_REASON)] == ["gated-node-2"]
-    assert [t["key"] for t in taints(apiserver, "node-2")] == [TAINT_KEY]
-    assert all(taints(apiserver, n) == [] for n in nodes if n != "node-2")
-    assert {e["involvedObject"]["kind"] for e in apiserver.events(TAKEN_REASON)} == {"Node", "Job", "Pod"}
+    assert [e["involvedObject"]["name"] for e in controlled.events(VERDICT_REASON)] == ["gated-node-2"]
+    assert [t["key"] for t in taints(controlled, "node-2")] == [TAINT_KEY]
+    assert all(taints(controlled, n) == [] for n in nodes if n != "node-2")
+    assert {e["involvedObject"]["kind"] for e in controlled.events(TAKEN_REASON)} == {"Node", "Job", "Pod"}
     assert "node-2: taken out" in ranks[0].output
     for node in nodes:
         pod = tmp_path / f"pod-{node}"
@@ -155,17 +111,17 @@ def test_injected_slow_node_of_four_is_found_by_pairs_taken_out_and_the_pods_exi
     assert [r.code for r in again] == [EXIT_FAILED] * 4
 
 
-def test_injected_fallback_on_one_of_two_nodes_names_it(tmp_path: Path, apiserver: ObjectsApi) -> None:
-    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "fallback:node-1", "FABRIC_GATE_API_URL": apiserver.url}
+def test_injected_fallback_on_one_of_two_nodes_names_it(tmp_path: Path, controlled: ObjectsApi) -> None:
+    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "fallback:node-1", "FABRIC_GATE_API_URL": controlled.url}
     ranks = gated_job(tmp_path, ["node-0", "node-1"], 2, env)
     assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
     assert ranks[0].verdict["suspects"] == ["node-1"]
     assert "rank 2 on" in str(ranks[0].verdict["summary"])
-    assert taints(apiserver, "node-1")[0]["value"] == "fallback"
+    assert taints(controlled, "node-1")[0]["value"] == "fallback"
 
 
-def test_injected_slow_node_of_two_is_named_by_the_per_node_checks(tmp_path: Path, apiserver: ObjectsApi) -> None:
-    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "slow:node-0", "FABRIC_GATE_API_URL": apiserver.url}
+def test_injected_slow_node_of_two_is_named_by_the_per_node_checks(tmp_path: Path, controlled: ObjectsApi) -> None:
+    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "slow:node-0", "FABRIC_GATE_API_URL": controlled.url}
     ranks = gated_job(tmp_path, ["node-0", "node-1"], 2, env)
     assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
     assert ranks[0].verdict["suspects"] == ["node-0"]

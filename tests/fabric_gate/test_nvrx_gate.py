@@ -2,7 +2,8 @@
 training.nvrx_fsdp, a fault injected at the gate (CPU rehearsal only). The gate fails before the model is built,
 every rank leaves with the gate's code (os._exit, past the in-process Wrapper), the supervisor stops ft_launcher
 instead of letting it restart the workers into the same verdict, and the pod exits with the code the Job's
-podFailurePolicy reads: 75 (retry elsewhere) the first time, 76 (fail the Job) once the run's failures are spent."""
+podFailurePolicy reads: 75 (retry elsewhere: the remediation controller took the node out) the first time, 76 (fail
+the Job) once the run's failures are spent."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.fabric_controller.objects_api import ObjectsApi
 from tests.tiers import starts_training_processes
 from training.fabric_gate import EXIT_FAILED, EXIT_RETRY
 
@@ -21,14 +23,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @starts_training_processes
-def pod(tmp: Path, inject: str) -> subprocess.CompletedProcess[str]:
+def pod(tmp: Path, inject: str, api_url: str) -> subprocess.CompletedProcess[str]:
     launcher = Path(sys.executable).with_name("ft_launcher")
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "PLATFORM_REHEARSAL": "cpu",
         "FABRIC_GATE_INJECT": inject,
-        "NODE_NAME": "node-a",
+        "NODE_NAME": "node-0",
+        "POD_NAME": "gated-node-0",
+        "POD_UID": "uid-gated-node-0",
+        "POD_NAMESPACE": "training",
+        "FABRIC_GATE_API_URL": api_url,
         "FABRIC_GATE_POD_DIR": str(tmp / "pod"),
         "FABRIC_GATE_TERMINATION_LOG": str(tmp / "termination-log"),
         "FABRIC_GATE_RUN_ID": "run-1",
@@ -57,15 +63,17 @@ def pod(tmp: Path, inject: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
 
 
-def test_a_failed_gate_exits_the_pod_with_the_gates_code_not_ft_launchers(tmp_path: Path) -> None:
-    first = pod(tmp_path, "fallback:node-a")
+def test_a_failed_gate_exits_the_pod_with_the_gates_code_not_ft_launchers(
+    tmp_path: Path, controlled: ObjectsApi
+) -> None:
+    first = pod(tmp_path, "fallback:node-0", controlled.url)
     assert first.returncode == EXIT_RETRY, first.stdout[-3000:] + first.stderr[-3000:]
     verdict = json.loads((tmp_path / "pod" / "verdict.json").read_text())
     assert verdict["outcome"] == "FAIL"
-    assert verdict["suspects"] == ["node-a"]
+    assert verdict["suspects"] == ["node-0"]
     assert (tmp_path / "termination-log").read_text().startswith("FABRIC GATE FAIL")
     # ft_launcher never restarted the workers into the verdict: one gate run of each rank.
     assert first.stdout.count("FABRIC GATE FAIL") == 1
     assert "restart" not in first.stdout.lower().split("fabric gate fail")[0]
-    second = pod(tmp_path, "fallback:node-a")
+    second = pod(tmp_path, "fallback:node-0", controlled.url)
     assert second.returncode == EXIT_FAILED, second.stdout[-3000:] + second.stderr[-3000:]
