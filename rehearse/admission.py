@@ -110,5 +110,5 @@ def admit(
     if problems:
         raise InputError(list(dict.fromkeys(problems)))  # a flag given twice in one script is one problem
     if not any(o.get("kind") in WORKLOAD_KINDS for o in admitted) and not skipped:
-        raise InputError(["nothing to rehearse: no Job, RayJob or RayCluster in the files"])
+        raise InputError(["nothing to rehearse: no Job, RayJob, RayCluster or Deployment in the files"])
     return Admission(objects=admitted, skipped=skipped, notes=notes)

@@ -5,10 +5,10 @@ and started when admitted; evictions it asks for suspend their workloads; `--kil
 their pods (DisruptionTarget); ended pods go to their controller; Pending pods are offered to the
 `Placement` seam again; every controller ticks (replacements, deadlines, probes).
 
-When the run ends: when every finite workload (Job, RayJob) is done and every long-lived one (a RayCluster:
-no end of its own) is Ready or has failed; the long-lived ones are then stopped with the state they reached (a
-RayCluster that became Ready is reported Ready). `--timeout` ends it earlier, a long-lived workload not yet
-Ready then reported NotReady.
+When the run ends: when every finite workload (Job, RayJob) is done and every long-lived one (a RayCluster, a
+Deployment: no end of their own) is Ready or has failed; the long-lived ones are then stopped with the state they
+reached (a RayCluster or Deployment that became Ready is reported Ready). `--timeout` ends it earlier, a
+long-lived workload not yet Ready then reported NotReady.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rehearse.controller import Controller
+from rehearse.deployment import DeploymentController
 from rehearse.errors import RehearsalError
 from rehearse.jobs import JobController
 from rehearse.kuberay import RayClusterController, RayJobController, dashboard_dependency_error
@@ -282,7 +283,7 @@ def drive(
     return Rehearsal(workloads=outcomes, network=network, notes=notes, output_dir=output_dir, wall_s=now - started)
 
 
-WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster")
+WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster", "Deployment")
 HONOURED_KINDS = ("Service", "ConfigMap", "PersistentVolumeClaim")
 
 
@@ -309,6 +310,8 @@ def controller_for(obj: dict[str, Any], options: Options, objects: list[dict[str
             return JobController(obj, backoff_base_s=options.backoff_base_s)
         if kind == "RayJob":
             return RayJobController(obj, backoff_base_s=options.backoff_base_s, run_objects=objects)
+        if kind == "Deployment":
+            return DeploymentController(obj)
         return RayClusterController(obj)
     except RehearsalError:
         raise
@@ -329,7 +332,7 @@ def prepare(manifests: Sequence[dict[str, Any]], options: Options) -> Prepared:
     ]
     workloads = [o for o in objects if o["kind"] in WORKLOAD_KINDS]
     if not workloads:
-        raise RehearsalError("nothing to rehearse: no Job, RayJob or RayCluster in the files")
+        raise RehearsalError("nothing to rehearse: no Job, RayJob, RayCluster or Deployment in the files")
     configmaps = {
         (o["metadata"]["namespace"], o["metadata"]["name"]): {k: str(v) for k, v in (o.get("data") or {}).items()}
         for o in objects
@@ -351,7 +354,7 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
     options = options or Options()
     check_platform()
     prepared = prepare(manifests, options)
-    ray_workloads = [f"{c.kind}/{c.name}" for c in prepared.controllers if c.kind != "Job"]
+    ray_workloads = [f"{c.kind}/{c.name}" for c in prepared.controllers if c.kind in ("RayJob", "RayCluster")]
     if ray_workloads:
         missing = dashboard_dependency_error()
         if missing:

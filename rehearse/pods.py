@@ -71,6 +71,11 @@ def random_suffix() -> str:
     return "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
 
 
+def object_uid(kind: str, namespace: str, name: str) -> str:
+    """A stable uid for an object of the rehearsal (the API server's are random; these repeat per name)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"rehearsal:{kind}/{namespace}/{name}"))
+
+
 @dataclass
 class PodPlan:
     """A pod to create: metadata chosen by its controller and the pod spec from the manifest."""
@@ -90,6 +95,8 @@ class PodPlan:
     unrun_containers: list[dict[str, Any]] = field(default_factory=list)
     # The node the pod is launched on (set by `Runtime.launch`; the Downward API's spec.nodeName).
     node: str | None = None
+    # metadata.ownerReferences as its controller sets them (the rehearsal's API server serves them).
+    owner_references: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def pod_hostname(self) -> str:

@@ -1,4 +1,4 @@
-"""What the rehearsal honours: one table of every Job, Pod, RayJob and RayCluster field it runs, with the
+"""What the rehearsal honours: one table of every Job, Pod, RayJob, RayCluster and Deployment field it runs, with the
 source it mirrors, and the walker that refuses (exit 2) any field outside the table.
 
 A field is one of
@@ -39,6 +39,10 @@ DNS = "Kubernetes 1.36 docs concepts/services-networking/dns-pod-service, rehear
 KUBERAY_POD = "KubeRay v1.7.0 ray-operator/controllers/ray/common/pod.go"
 KUBERAY_CLUSTER = "KubeRay v1.7.0 ray-operator/controllers/ray/raycluster_controller.go"
 KUBERAY_JOB = "KubeRay v1.7.0 ray-operator/controllers/ray/rayjob_controller.go, common/job.go"
+DEPLOYMENT_CONTROLLER = (
+    "Kubernetes 1.36 pkg/controller/deployment/sync.go and pkg/controller/replicaset/replica_set.go, run by "
+    "rehearse/deployment.py"
+)
 ISSUE_27 = "issue 27 (controller half): refused until rehearse/jobs.py or kuberay.py implements it"
 
 SCHEDULING = (
@@ -78,7 +82,7 @@ def pending(what: str) -> Support:
 
 # Kinds the rehearsal runs as pods, and the kinds that are only data or infrastructure for them
 # (accepted; what the rehearsal does with each is said).
-WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster")
+WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster", "Deployment")
 PENDING_KINDS: dict[str, str] = {
     "Pod": "bare Pods are being taught to the rehearsal (issue 27, controller half)",
 }
@@ -104,6 +108,11 @@ INFRA_KINDS: dict[str, str] = {
     "ClusterQueue": QUEUES,
     "ResourceFlavor": QUEUES,
     "WorkloadPriorityClass": QUEUES,
+}
+
+LONG_LIVED = {
+    "RayCluster": " (long-lived: kept until the finite workloads end)",
+    "Deployment": " (long-lived: kept until the finite workloads end; not managed by Kueue)",
 }
 
 METADATA_FIELDS: dict[str, Support] = {
@@ -190,9 +199,15 @@ POD_SPEC: dict[str, Support] = {
     "volumes[].projected.sources[].configMap.items": honoured(KUBELET_VOLUMES),
     "volumes[].projected.sources[].configMap.optional": honoured(KUBELET_VOLUMES),
     "volumes[].projected.defaultMode": inert("file modes: every pod runs as this machine's user"),
-    "serviceAccountName": honoured(f"{KUBELET_ENV} (fieldRef spec.serviceAccountName only: no API server)"),
+    "serviceAccountName": honoured(
+        f"{KUBELET_ENV} (fieldRef spec.serviceAccountName); with --env its token authenticates to the rehearsal's "
+        "API server (rehearse/cluster/apiserver.py)"
+    ),
     "serviceAccount": inert("deprecated alias of serviceAccountName; no API server here"),
-    "automountServiceAccountToken": inert("no API server: no token is mounted either way"),
+    "automountServiceAccountToken": honoured(
+        "with --env: whether the pod gets a token for the rehearsal's API server (rehearse/cluster/apiserver.py "
+        "pod_env: the pod's, else its ServiceAccount's, else true); without --env there is no API server"
+    ),
     "nodeSelector": inert(SCHEDULING),
     "nodeName": inert(SCHEDULING),
     "affinity": inert(SCHEDULING),
@@ -271,6 +286,23 @@ RAY_JOB: dict[str, Support] = {
 }
 # HTTPMode, InteractiveMode and SidecarMode (submissionMode) are pending: absent from its honoured values.
 
+# A Deployment as a long-lived service beside the run's workloads (its pods until the run ends). No rollout happens
+# in a rehearsal (the template never changes), so the rollout knobs beyond what one replica needs, availability
+# timing and autoscaling-related fields are refused (not in the table).
+DEPLOYMENT: dict[str, Support] = {
+    "spec.replicas": honoured(f"{DEPLOYMENT_CONTROLLER}: that many pods, an ended one replaced (manageReplicas)"),
+    "spec.selector.matchLabels": honoured(
+        f"{DEPLOYMENT_CONTROLLER}: must match the template's labels (pkg/apis/apps/validation)"
+    ),
+    "spec.strategy.type": honoured(
+        f"{DEPLOYMENT_CONTROLLER}: no rollout happens in a rehearsal; Recreate (one writer at a time) is what a "
+        "single replica needs",
+        ("Recreate",),
+    ),
+    "spec.revisionHistoryLimit": inert("old ReplicaSets are kept for rollbacks; no rollout happens in a rehearsal"),
+    "spec.paused": honoured(f"{DEPLOYMENT_CONTROLLER}: a Deployment that is not paused", (False,)),
+}
+
 # Where each kind holds its pod templates (pod spec paths) and its Ray cluster spec.
 POD_SPEC_AT: dict[str, tuple[str, ...]] = {
     "Job": ("spec.template.spec",),
@@ -281,6 +313,7 @@ POD_SPEC_AT: dict[str, tuple[str, ...]] = {
         "spec.submitterPodTemplate.spec",
     ),
     "Pod": ("spec",),
+    "Deployment": ("spec.template.spec",),
 }
 RAY_CLUSTER_SPEC_AT = {"RayCluster": "spec", "RayJob": "spec.rayClusterSpec"}
 RAY_GROUPS = ("headGroupSpec", "workerGroupSpecs[]")
@@ -293,7 +326,7 @@ def _mount(prefix: str, fields: Mapping[str, Support]) -> dict[str, Support]:
 def fields_of(kind: str) -> dict[str, Support]:
     """The whole table of one kind, with the pod spec and Ray groups mounted where the kind holds them."""
     table = dict(METADATA_FIELDS)
-    table.update({"Job": JOB, "RayJob": RAY_JOB}.get(kind, {}))
+    table.update({"Job": JOB, "RayJob": RAY_JOB, "Deployment": DEPLOYMENT}.get(kind, {}))
     if kind in RAY_CLUSTER_SPEC_AT:
         at = RAY_CLUSTER_SPEC_AT[kind]
         table.update(_mount(at, RAY_CLUSTER_SPEC))
@@ -366,6 +399,7 @@ def table_rows() -> Iterator[tuple[str, str, str, str]]:
     groups: tuple[tuple[str, Mapping[str, Support]], ...] = (
         ("every object", METADATA_FIELDS),
         ("Job", JOB),
+        ("Deployment", DEPLOYMENT),
         ("pod template metadata", POD_TEMPLATE_METADATA),
         ("pod spec", POD_SPEC),
         ("RayJob", RAY_JOB),
@@ -383,7 +417,7 @@ def markdown_table() -> str:
     lines = ["| group | field | status | source or reason |", "|---|---|---|---|"]
     lines += [f"| {g} | `{f}` | {s} | {r} |" for g, f, s, r in table_rows()]
     lines += ["", "| kind | rehearsal |", "|---|---|"]
-    lines += [f"| {k} | runs as pods |" for k in WORKLOAD_KINDS]
+    lines += [f"| {k} | runs as pods{LONG_LIVED.get(k, '')} |" for k in WORKLOAD_KINDS]
     lines += [f"| {k} | refused: {why} |" for k, why in PENDING_KINDS.items()]
     lines += [f"| {k} | {why} |" for k, why in INFRA_KINDS.items()]
     lines += ["| any other kind | refused, exit 2 naming it (`--skip-unsupported`: SKIPPED, exit 3) |"]

@@ -164,6 +164,17 @@ def _api_problems(obj: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
         yield from _job_problems(spec, "spec")
     elif kind == "Pod":
         yield from _pod_spec_problems(spec, "spec")
+    elif kind == "Deployment":
+        pod = (spec.get("template") or {}).get("spec") or {}
+        restart = pod.get("restartPolicy", "Always")
+        if restart != "Always":
+            # pkg/apis/apps/validation ValidatePodTemplateSpecForReplicaSet (Kubernetes 1.36).
+            yield (
+                "spec.template.spec.restartPolicy",
+                f'Unsupported value: "{restart}": supported values: "Always"',
+                "remove restartPolicy (a Deployment's pods restart Always)",
+            )
+        yield from _pod_spec_problems(pod, "spec.template.spec")
     elif kind in ("RayCluster", "RayJob"):
         cluster = spec if kind == "RayCluster" else spec.get("rayClusterSpec") or {}
         at = "spec" if kind == "RayCluster" else "spec.rayClusterSpec"

@@ -6,7 +6,9 @@ does not emulate. None of these tests starts a pod: every refusal happens before
 Fixtures are written here from the Kubernetes 1.36 documentation (concepts/workloads/controllers/job,
 "Job API" reference: podFailurePolicy, restartPolicy, successPolicy) and the KubeRay v1.7.0 CRDs
 (k8s/crds/kuberay-v1.7.0); the third-party kinds (PyTorchJob kubeflow.org/v1, JobSet jobset.x-k8s.io/v1alpha2,
-batch/v1 CronJob, apps/v1 Deployment) only need a kind and a name to be refused.
+batch/v1 CronJob, apps/v1 StatefulSet) only need a kind and a name to be refused. A Deployment (apps/v1, Kubernetes
+1.36 docs concepts/workloads/controllers/deployment) runs; what of it the rehearsal does not emulate is refused per
+field.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def test_a_misspelled_rayjob_field_is_refused_against_the_kuberay_crd(
         ("kubeflow.org/v1", "PyTorchJob"),
         ("jobset.x-k8s.io/v1alpha2", "JobSet"),
         ("batch/v1", "CronJob"),
-        ("apps/v1", "Deployment"),
+        ("apps/v1", "StatefulSet"),
         ("v1", "Pod"),
     ],
 )
@@ -181,6 +183,59 @@ def test_a_workload_field_outside_the_support_table_is_refused_with_kind_and_pat
     assert f"Job/pi: field {field}:" in out
 
 
+def deployment(spec: str = "", pod: str = "") -> str:
+    """An apps/v1 Deployment after the docs' nginx-deployment.yaml shape, with `spec` and `pod` merged in."""
+    labels = {"app": "svc"}
+    obj: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "svc"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            **(yaml.safe_load(spec) or {}),
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    **(yaml.safe_load(pod) or {}),
+                    "containers": [{"name": "main", "image": "python:3.11", "command": ["python3", "-c", "1"]}],
+                },
+            },
+        },
+    }
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "why"),
+    [
+        ("strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1}}", "spec.strategy.type", "value 'Rolling"),
+        ("strategy: {type: Recreate}\nminReadySeconds: 10", "spec.minReadySeconds", "not emulated"),
+        ("progressDeadlineSeconds: 60", "spec.progressDeadlineSeconds", "not emulated"),
+        ("paused: true", "spec.paused", "value True"),
+    ],
+)
+def test_a_deployment_field_the_rehearsal_does_not_emulate_is_refused_with_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, field: str, why: str
+) -> None:
+    code, out = rehearse(capsys, write(tmp_path, job() + "---\n" + deployment(spec)))
+    assert code == 2, out
+    assert f"Deployment/svc: field {field}: {why}" in out
+
+
+def test_a_deployment_whose_pods_would_not_restart_always_is_refused_as_the_api_server_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = rehearse(capsys, write(tmp_path, job() + "---\n" + deployment(pod="restartPolicy: Never")))
+    assert code == 2, out
+    assert 'spec.template.spec.restartPolicy: Unsupported value: "Never": supported values: "Always"' in out
+
+
+def test_a_supported_deployment_passes_the_input_checks(tmp_path: Path) -> None:
+    (obj,) = load_manifests([write(tmp_path, deployment("strategy: {type: Recreate}\nrevisionHistoryLimit: 2"))])
+    assert unsupported_fields(obj) == []
+
+
 def test_a_liveness_probe_is_refused_with_its_container_path(tmp_path: Path) -> None:
     obj = load_manifests([write(tmp_path, job())])[0]
     obj["spec"]["template"]["spec"]["containers"][0]["livenessProbe"] = {"exec": {"command": ["true"]}}
@@ -195,7 +250,7 @@ def test_a_value_the_rehearsal_does_not_emulate_is_refused_naming_the_values_it_
 
 
 def test_the_support_table_names_a_source_for_every_entry() -> None:
-    for kind in ("Job", "RayJob", "RayCluster"):
+    for kind in ("Job", "RayJob", "RayCluster", "Deployment"):
         for path, support in fields_of(kind).items():
             assert support.source, (kind, path)
             assert support.status != PENDING or "issue 27" in support.source
