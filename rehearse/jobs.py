@@ -137,6 +137,18 @@ class JobController:
             labels=labels,
             annotations=annotations,
             extra_env=extra_env,
+            # The Job controller creates its pods with metav1.NewControllerRef(job, controllerKind)
+            # (pkg/controller/job/job_controller.go manageJob): controller and blockOwnerDeletion true.
+            owner_references=[
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": self.name,
+                    "uid": self.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         )
 
     def _wanted(self) -> list[int | None]:

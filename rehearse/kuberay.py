@@ -50,7 +50,7 @@ import yaml
 from rehearse.controller import PodAPI
 from rehearse.errors import RehearsalError
 from rehearse.jobs import JobController
-from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, random_suffix
+from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, object_uid, random_suffix
 
 GCS_PORT = 6379
 DASHBOARD_PORT = 8265
@@ -120,6 +120,13 @@ class RayClusterPods:
     spec: dict[str, Any]
     workload: str
     notes: list[str] = field(default_factory=list)
+    # The RayCluster's metadata.ownerReferences: a RayJob's cluster is owned by it (KubeRay v1.7.0
+    # rayjob_controller.go constructRayClusterForRayJob: ctrl.SetControllerReference(rayJobInstance, rayCluster)).
+    owner_references: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def uid(self) -> str:
+        return object_uid("RayCluster", self.namespace, self.name)
 
     @property
     def head_service(self) -> str:
@@ -235,6 +242,18 @@ class RayClusterPods:
             workload=self.workload,
             labels=labels,
             unrun_containers=unrun,
+            # KubeRay v1.7.0 raycluster_controller.go createHeadPod/createWorkerPod:
+            # controllerutil.SetControllerReference(instance, &pod): controller and blockOwnerDeletion true.
+            owner_references=[
+                {
+                    "apiVersion": "ray.io/v1",
+                    "kind": "RayCluster",
+                    "name": self.name,
+                    "uid": self.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         )
 
     def autoscaler_container(self) -> dict[str, Any]:
@@ -413,6 +432,7 @@ class RayJobController:
         meta, spec = self.obj["metadata"], self.obj["spec"]
         self.name = meta["name"]
         self.namespace = meta.get("namespace", "default")
+        self.uid: str = str(meta.get("uid") or object_uid("RayJob", self.namespace, self.name))
         self.spec = spec
         mode = spec.get("submissionMode", "K8sJobMode")
         if mode == "InteractiveMode":
@@ -460,7 +480,26 @@ class RayJobController:
     def _new_cluster(self, notes: list[str]) -> RayClusterPods:
         """The RayJob's own cluster, named as KubeRay names each attempt's (utils.GenerateRayClusterName)."""
         name = f"{self.name}-{random_suffix()}"
-        return RayClusterPods(name, self.namespace, self.spec["rayClusterSpec"], f"RayJob/{self.name}", notes=notes)
+        return RayClusterPods(
+            name,
+            self.namespace,
+            self.spec["rayClusterSpec"],
+            f"RayJob/{self.name}",
+            notes=notes,
+            owner_references=[self.owner_reference()],
+        )
+
+    def owner_reference(self) -> dict[str, Any]:
+        """What KubeRay's ctrl.SetControllerReference(rayJobInstance, ...) writes on the RayJob's RayCluster and
+        submitter Job (KubeRay v1.7.0 rayjob_controller.go)."""
+        return {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
 
     @property
     def head(self) -> Pod | None:
@@ -582,8 +621,11 @@ class RayJobController:
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ]
         backoff = (self.spec.get("submitterConfig") or {}).get("backoffLimit", SUBMITTER_BACKOFF_LIMIT)
+        # A new Job per attempt (the Retrying case deletes the old one, so each has its own uid), owned by the RayJob.
         return {
-            "metadata": {"name": self.name, "namespace": self.namespace},
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": self.name, "namespace": self.namespace, "ownerReferences": [self.owner_reference()]},
             "spec": {"backoffLimit": backoff, "template": template},
         }
 

@@ -162,6 +162,8 @@ def drive(
     clock = backend.clock
     log: Callable[[str], None] = options.log or (lambda _: None)
     api = Scheduler(backend, options.placement, log)
+    if options.api is not None:
+        options.api.attach(controllers, backend.pods)
     admission = options.admission
     started = clock.now()
     admitted: set[int] = set()

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Mapping
     from pathlib import Path
 
+    from rehearse.controller import Controller
     from rehearse.network import Network
     from rehearse.pods import Pod, PodPlan
 
@@ -148,6 +149,10 @@ class AlwaysAdmit:
 
 class ApiServer(Protocol):
     def start(self, network: Network) -> None: ...
+
+    def attach(self, controllers: Iterable[Controller], pods: Mapping[str, Pod]) -> None:
+        """The run's workloads and pods, which the API serves while the run goes on."""
+        ...
 
     def pod_env(self, plan: PodPlan) -> dict[str, str]:
         """Environment variables of the pod's containers (the API's address, the pod's token)."""

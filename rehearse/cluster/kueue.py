@@ -826,6 +826,11 @@ class Kueue:
         live = [w for w in slices if not w.finished]
         return (live or slices)[-1]
 
+    def all_workloads(self) -> list[Workload]:
+        """Every Workload the model holds (each job's slices), for the rehearsal's API server to list."""
+        # Copies first: the API server's thread reads while the run loop submits.
+        return [w for slices in list(self._jobs.values()) for w in list(slices)]
+
     def admitted_counts(self, job: str) -> dict[str, int] | None:
         """Pods per PodSet the job may run now (ungated), or None while it is not admitted."""
         admitted = [w for w in self._slices(job) if w.admission is not None and not w.finished]

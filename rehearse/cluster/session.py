@@ -12,8 +12,9 @@
   requeue backoff, node-loss timings) and in which the report's times are given. The pods' own processes
   run in wall time: at scale X a pod that sleeps 1 s takes X cluster seconds.
 
-- the ApiServer seam: the Kubernetes API the pods reach (apiserver.py: the fabric gate's node GET/PATCH and
-  Events, authorized by the files' RBAC and admission policies), over the same nodes the scheduler places on;
+- the ApiServer seam: the Kubernetes API the pods reach (apiserver.py: what the fabric gate and its remediation
+  controller call, authorized by the files' RBAC and admission policies), over the same nodes the scheduler places
+  on, the run's pods and workloads, and the environment's ClusterQueues with the Kueue model behind them;
 
 `annotate` adds the cluster to the report: the environment, the factor, the nodes, and per workload Kueue's
 verdict (admitted or not, its reason, each requeue).
@@ -171,12 +172,14 @@ def cluster_options(
         raise RehearsalError(str(exc)) from exc
     cluster_clock: Clock = clock if clock is not None else ScaledClock(time_scale)
     admission: RecordingKueueAdmission | None = None
+    queues: list[dict[str, Any]] = []
     if env.add_ons.kueue:
         try:
             config = KueueConfig.from_configuration(manager_config(kueue_props(env.add_ons.kuberay_operator)))
             # The quota follows the nodes, as `trainctl scale` leaves it (k8s/queueing.py group_nodes).
             quota = {**(gpu_nodes or {}), **(quota_nodes or {})}
-            kueue = Kueue(Queues.from_objects(queue_objects(env, quota)), config)
+            queues = queue_objects(env, quota)
+            kueue = Kueue(Queues.from_objects(queues), config)
             admission = RecordingKueueAdmission(kueue, clock=cluster_clock)
         except (KueueError, ConfigError) as exc:
             raise RehearsalError(f"--quota: {exc}" if isinstance(exc, ConfigError) else str(exc)) from exc
@@ -197,7 +200,13 @@ def cluster_options(
     placement = ClusterPlacement.for_objects(
         nodes, [*_storage_objects(env), *manifests], kills=node_kills, flavors=flavors
     )
-    api = ClusterApi(nodes, manifests, log=options.log or (lambda _: None))
+    api = ClusterApi(
+        nodes,
+        manifests,
+        log=options.log or (lambda _: None),
+        kueue=admission.kueue if admission is not None else None,
+        queues=queues,
+    )
     session = ClusterSession(
         environment=env,
         nodes=nodes,

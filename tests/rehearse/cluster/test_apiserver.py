@@ -17,16 +17,19 @@ import pytest
 
 from fabric_controller import act
 from infra.spec import get_environment
-from k8s.charts.fabric_gate import FabricGate
+from k8s.charts.fabric_gate import FabricGate, controller_config
 from k8s.check_lock import check_lock
 from k8s.images import ImageLock
 from rehearse.cluster.apiserver import ClusterApi
 from rehearse.cluster.nodes import ClusterNode, build_nodes
 from rehearse.cluster.scheduler import PodToPlace, Volumes, schedule
+from rehearse.cluster.session import cluster_options
+from rehearse.fake import FakeClock
 from rehearse.network import LoopbackNetwork
+from rehearse.options import Options
 from rehearse.pods import PodPlan
 from training.fabric_verdict import TAINT_KEY, ReportedVerdict
-from training.kube_api import API_TOKEN_ENV, API_URL_ENV, KubeApi, KubeError
+from training.kube_api import API_TOKEN_ENV, API_URL_ENV, MERGE_PATCH, KubeApi, KubeError
 
 GPU_POD = {
     "nodeSelector": {"role": "gpu-worker", "platform/gpu-group": "g6"},
@@ -162,8 +165,16 @@ def _raw(api: ClusterApi, method: str, path: str, token: str, body: Any = None, 
     [
         ("GET", "/api/v1/pods", "application/json", "GET /api/v1/pods"),
         ("DELETE", "/api/v1/nodes/NODE", "application/json", "DELETE /api/v1/nodes/"),
-        ("GET", "/api/v1/nodes/NODE?resourceVersion=0", "application/json", "query parameters"),
+        ("GET", "/api/v1/nodes/NODE?resourceVersion=0", "application/json", "query parameter 'resourceVersion'"),
         ("PATCH", "/api/v1/nodes/NODE", "application/merge-patch+json", "application/merge-patch+json"),
+        ("GET", "/api/v1/nodes?labelSelector=role!%3Dgpu-worker", "application/json", "only k=v equality"),
+        ("GET", "/api/v1/nodes?labelSelector=role+in+(a)", "application/json", "only k=v equality"),
+        ("GET", "/api/v1/nodes?fieldSelector=spec.unschedulable%3Dfalse", "application/json", "'fieldSelector'"),
+        ("GET", "/api/v1/namespaces/training/events?fieldSelector=type%3DWarning", "", "Event field 'type'"),
+        ("GET", "/api/v1/namespaces/training/events?watch=1", "application/json", "query parameter 'watch'"),
+        ("DELETE", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpu-g6", "", "DELETE /apis/kueue.x-k8s.io"),
+        ("PATCH", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpu-g6", "application/json-patch+json", "merge-patch"),
+        ("GET", "/apis/kueue.x-k8s.io/v1beta2/workloads", "application/json", "GET /apis/kueue.x-k8s.io/v1beta2/"),
     ],
 )
 def test_what_the_server_does_not_emulate_is_named_and_stops_the_run(
@@ -200,3 +211,74 @@ def test_a_patch_of_anything_but_taints_is_not_emulated_for_an_identity_the_poli
             "PATCH", f"/api/v1/nodes/{gpu[0].name}", cordon, "application/json-patch+json"
         )
     assert "spec.unschedulable" in (api.unemulated() or "")
+
+
+@pytest.fixture
+def queued() -> Iterator[ClusterApi]:
+    """The API server of a cluster rehearsal (prod, g6=3) with the environment's ClusterQueues and Kueue model."""
+    clock = FakeClock()
+    _, session = cluster_options(
+        Options(clock=clock), gate_objects(), environment="prod", gpu_nodes={"g6": 3}, clock=clock
+    )
+    assert session.api is not None
+    session.api.start(LoopbackNetwork())
+    yield session.api
+    session.api.close()
+
+
+QUEUE = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpu-g6"
+
+
+def test_the_controllers_quota_move_reaches_the_kueue_model_and_a_stale_version_is_a_conflict(
+    queued: ClusterApi,
+) -> None:
+    controller = client(queued, *CONTROLLER)
+    group = controller_config(get_environment("prod"), ("ray", "training")).groups["g6"]
+    before = controller.get(QUEUE)
+    record = act.move_quota(controller, group, "ip-10-20-0-9.ec2.internal", sign=-1, entry={"taint": "x"}, now=1.0)
+    assert list(record.nodes) == ["ip-10-20-0-9.ec2.internal"]
+    assert queued.kueue is not None
+    assert queued.kueue.queues.cluster_queues["gpu-g6"].nominal(group.flavor, "nvidia.com/gpu") == 8
+    after = controller.get(QUEUE)
+    assert int(after["metadata"]["resourceVersion"]) == int(before["metadata"]["resourceVersion"]) + 1
+    stale = {"metadata": {"resourceVersion": before["metadata"]["resourceVersion"], "annotations": {"a": "b"}}}
+    conflict = r'HTTP 409.*Operation cannot be fulfilled on clusterqueues.kueue.x-k8s.io \\"gpu-g6\\": the object has'
+    with pytest.raises(KubeError, match=conflict):
+        controller.request("PATCH", QUEUE, stale, MERGE_PATCH)
+    # act.move_quota re-reads after a conflict: a stale precondition costs one more read, not the quota move.
+    back = act.move_quota(controller, group, "ip-10-20-0-9.ec2.internal", sign=+1, entry=None, now=2.0)
+    assert back.nodes == {}
+    assert queued.kueue.queues.cluster_queues["gpu-g6"].nominal(group.flavor, "nvidia.com/gpu") == 12
+
+
+def test_a_clusterqueue_patch_beyond_annotations_and_quota_is_not_emulated(queued: ClusterApi) -> None:
+    controller = client(queued, *CONTROLLER)
+    with pytest.raises(KubeError, match="HTTP 501"):
+        controller.request("PATCH", QUEUE, {"spec": {"queueingStrategy": "BestEffortFIFO"}}, MERGE_PATCH)
+    assert "more than metadata.annotations" in (queued.unemulated() or "")
+
+
+def test_resource_names_and_namespaces_bound_what_each_identity_reads(queued: ClusterApi) -> None:
+    controller, gate = client(queued, *CONTROLLER), client(queued)
+    queued.cluster_queues["other"] = {**queued.cluster_queues["gpu-g6"], "metadata": {"name": "other"}}
+    with pytest.raises(KubeError, match=r'HTTP 403.*clusterqueues \\"other\\" is forbidden'):
+        controller.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/other")
+    with pytest.raises(KubeError, match=r'HTTP 403.*cannot get resource \\"clusterqueues\\"'):
+        gate.get(QUEUE)
+    with pytest.raises(KubeError, match=r'HTTP 403.*cannot get resource \\"pods\\" in API group \\"\\" in the'):
+        gate.get("/api/v1/namespaces/training/pods/nvrx-fsdp-0-abcde")
+    with pytest.raises(KubeError, match=r'HTTP 403.*cannot list resource \\"workloads\\"'):
+        gate.list_items("/apis/kueue.x-k8s.io/v1beta2/namespaces/training/workloads", label_selector="a=b")
+    with pytest.raises(KubeError, match=r'HTTP 403.*cannot list resource \\"events\\".*\\"default\\"'):
+        controller.list_items("/api/v1/namespaces/default/events")
+    # Allowed, and absent: the API server's NotFound.
+    with pytest.raises(KubeError, match=r'HTTP 404.*pods \\"nvrx-fsdp-0-abcde\\" not found'):
+        controller.get("/api/v1/namespaces/training/pods/nvrx-fsdp-0-abcde")
+    with pytest.raises(KubeError, match=r'HTTP 404.*jobs.batch \\"nvrx-fsdp\\" not found'):
+        controller.get("/apis/batch/v1/namespaces/training/jobs/nvrx-fsdp")
+    with pytest.raises(KubeError, match=r'HTTP 404.*rayclusters.ray.io \\"c\\" not found'):
+        controller.get("/apis/ray.io/v1/namespaces/ray/rayclusters/c")
+    assert controller.list_items("/apis/kueue.x-k8s.io/v1beta2/namespaces/training/workloads") == []
+    nodes = controller.list_items("/api/v1/nodes", label_selector="platform/gpu-group=g6,role=gpu-worker")
+    assert len(nodes) == 3
+    assert queued.unemulated() is None
