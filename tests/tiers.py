@@ -66,8 +66,9 @@ CI_REHEARSALS: dict[str, str] = {
     "checkpoint": "a SIGKILLed rank inside the chart's pods: ft_launcher's min-healthy restart on both pods, the "
     "resume from the last committed checkpoint on the claim",
     "tests/rehearse/cluster/test_fabric_gate_rehearsal.py::test_a_node_the_gate_fails_under_the_ray_job_is_tainted_"
-    "and_the_retried_cluster_completes_elsewhere": "the fabric gate in a real Ray job: its rank 0 taints the node "
-    "through the API server with the pod's token, RBAC and admission policy deciding; the driver exits 75, KubeRay "
+    "and_the_retried_cluster_completes_elsewhere": "the fabric gate in a real Ray job: the worker posts its verdict "
+    "with the pod's token, the remediation controller runs as its Deployment's pod and, through the API server (RBAC "
+    "and admission policy deciding), taints the node and lowers the ClusterQueue; the driver exits 75, KubeRay "
     "retries on a new cluster placed off the taint, Kueue keeps the admission",
     "tests/rehearse/test_rayjob.py::test_a_minimal_ray_is_refused_before_any_pod_starts": "the refusal of a Ray "
     "without the dashboard's dependencies, before any pod starts",

@@ -1,17 +1,21 @@
-"""The fabric gate's taint-and-requeue path through the cluster rehearsal (`trainctl rehearse --env prod`), on CPU.
+"""The fabric gate's chain through the cluster rehearsal (`trainctl rehearse --env prod`), on CPU, end to end.
 
-The emitted NVRx job (2 pods, g6), the emitted fabric-gate chart (its ServiceAccount, RBAC and admission policy) and
-the training code, on prod's cluster with 3 g6 nodes. There is no NCCL on CPU, so the gate would report NOT RUN: a
-fault is injected at the gate instead (FABRIC_GATE_INJECT=fallback:NODE, the first g6 node: its ranks are faked onto
-sockets). What then happens is the real chain: the gate's rank 0 taints that node through the rehearsal's Kubernetes
-API (rehearse/cluster/apiserver.py) with the pod's own service-account token, the files' RBAC and admission policy
-deciding; it posts the Events; every pod exits 75, which the Job's podFailurePolicy ignores; the Job controller
-recreates the pods, Kueue keeps the workload's admission, the scheduler places the new pods away from the node the
-taint now marks; the gate passes there and the job trains to completion.
+The emitted NVRx job (2 pods, g6), the emitted FabricGate objects (the gated pods' ServiceAccount and Role, the
+remediation controller's identity, RBAC, admission policy, its code and config ConfigMaps and its Deployment, as the
+namespaces' file ships them) and the training code, on prod's cluster with 3 g6 nodes. There is no NCCL on CPU, so the
+gate would report NOT RUN: a fault is injected at the gate instead (FABRIC_GATE_INJECT=fallback:NODE, the first g6
+node: its ranks are faked onto sockets). What then happens is the real chain: the pod on that node posts a verdict
+Event on itself with its own token (it may only create and list Events in its namespace); the controller, a pod of
+its Deployment on a system node running fabric_controller from its ConfigMap, reads the pod, its Job and the Kueue
+Workload through the rehearsal's API (rehearse/cluster/apiserver.py), taints the node, lowers ClusterQueue gpu-g6 by
+one node (the Kueue model's quota with it), posts its Events and answers on the pod; every pod exits 75, which the
+Job's podFailurePolicy ignores; the Job controller recreates the pods, Kueue keeps the workload's admission, the
+scheduler places the new pods off the tainted node; the gate passes there and the job trains to completion.
 
 The RayJob path the same way: the emitted RayJob (backoffLimit 1) with the fault injected into its workers; the
-driver exits 75, the Ray job FAILS, KubeRay (rehearse/kuberay.py, Retrying) deletes the cluster and creates another,
-whose workers the scheduler places off the tainted node; Kueue keeps the admission."""
+controller reads the worker pod, its RayCluster and that cluster's RayJob; the driver exits 75, the Ray job FAILS,
+KubeRay (rehearse/kuberay.py, Retrying) deletes the cluster and creates another, whose workers the scheduler places
+off the tainted node; Kueue keeps the admission."""
 
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import pytest
 import yaml
 
 from infra.spec import ENVIRONMENTS, get_environment
-from k8s.charts.fabric_gate import FabricGateChart
+from k8s.charts.fabric_gate import FabricGate
 from k8s.charts.nvrx_job import NvrxJobChart
 from k8s.charts.ray import RayJobChart, TrainingCodeChart
 from k8s.images import ImageLock
@@ -38,6 +42,71 @@ from training.fabric_gate import EXIT_RETRY, INJECT_ENV, TAINT_KEY
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.usefixtures("namespaces")]
 MINIMAL_RAY = dashboard_dependency_error()
+
+
+GATE_NAMESPACES = ("ray", "training")
+CONTROLLER = "system:serviceaccount:fabric-gate-system:fabric-gate-controller"
+EVENTS = "/api/v1/namespaces/{ns}/events"
+
+
+def fabric_gate(app: cdk8s.App, lock: ImageLock) -> cdk8s.Chart:
+    """The FabricGate construct as the namespaces' file holds it (k8s/main.py), for prod."""
+    chart = cdk8s.Chart(app, "namespaces")
+    FabricGate(chart, "fabric-gate", environment=ENVIRONMENTS["prod"], lock=lock, namespaces=GATE_NAMESPACES)
+    return chart
+
+
+def gpu_quota(api: dict[str, Any]) -> str:
+    """ClusterQueue gpu-g6's nominalQuota of GPUs in the gpu-g6 flavor, as the rehearsal's API server holds it."""
+    groups = api["cluster_queues"]["gpu-g6"]["resourceGroups"]
+    (quota,) = [
+        r["nominalQuota"]
+        for g in groups
+        for f in g["flavors"]
+        if f["name"] == "gpu-g6"
+        for r in f["resources"]
+        if r["name"] == "nvidia.com/gpu"
+    ]
+    return str(quota)
+
+
+def check_the_chain(report: dict[str, Any], namespace: str, workload_kind: str, bad: str) -> None:
+    """What the controller, not the gate, did through the API, and who asked for what."""
+    api = report["cluster"]["api"]
+    controller = [w for w in report["workloads"] if w["name"] == "fabric-gate-controller"]
+    assert [(w["kind"], w["state"]) for w in controller] == [("Deployment", "Ready")], controller
+    (pod,) = controller[0]["pods"]
+    assert pod["restarts"] == 0, pod  # the controller never crashed
+    nodes = {n["name"]: n for n in report["cluster"]["nodes"]}
+    assert nodes[pod["node"]]["group"] != "g6", "the controller runs on a system node"
+    assert {"key": TAINT_KEY, "value": "fallback", "effect": "NoSchedule"} in nodes[bad]["taints"]
+    assert [a for a in api["actions"] if " patched node " in a] == [
+        a for a in api["actions"] if a.startswith(f"{CONTROLLER} patched node {bad} ")
+    ]
+    assert any(a.startswith(f"{CONTROLLER} patched node {bad} ") for a in api["actions"]), api["actions"]
+    # One node's quota (a g6.12xlarge's 4 GPUs) out of ClusterQueue gpu-g6, recorded in its annotation.
+    assert gpu_quota(api) == "8", api["cluster_queues"]
+    taken = json.loads(api["cluster_queues"]["gpu-g6"]["annotations"]["fabric-gate.platform/taken"])
+    assert list(taken["nodes"]) == [bad]
+    events = sorted((e["namespace"], e["involvedObject"]["kind"], e["reason"]) for e in api["events"])
+    assert events == sorted(
+        [
+            (namespace, "Pod", "FabricGateFailed"),
+            ("default", "Node", "FabricGateNodeTaken"),
+            (namespace, workload_kind, "FabricGateNodeTaken"),
+            (namespace, "Pod", "FabricGateNodeTaken"),
+        ]
+    ), api["events"]
+    gate = f"system:serviceaccount:{namespace}:fabric-gate"
+    asked: dict[str, set[tuple[str, str]]] = {}
+    for r in api["requests"]:
+        asked.setdefault(r["user"], set()).add((r["method"], r["path"].split("?")[0]))
+    assert set(asked) == {gate, CONTROLLER}, set(asked)
+    assert asked[gate] == {("POST", EVENTS.format(ns=namespace)), ("GET", EVENTS.format(ns=namespace))}
+    assert ("PATCH", f"/api/v1/nodes/{bad}") in asked[CONTROLLER]
+    assert ("PATCH", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpu-g6") in asked[CONTROLLER]
+    refused = [r for r in api["requests"] if r["code"] >= 400]
+    assert refused == [], refused
 
 
 def manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, Any]]:
@@ -55,7 +124,7 @@ def manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, Any]]
     app = cdk8s.App()
     charts = [
         TrainingCodeChart(app, "training-code", namespaces=("training",)),
-        FabricGateChart(app, "fabric-gate", namespaces=("ray", "training")),
+        fabric_gate(app, lock),
         NvrxJobChart(app, "nvrx-fsdp", environment=ENVIRONMENTS["prod"], lock=lock, job=job),
     ]
     objects = [o for chart in charts for o in chart.to_json()]
@@ -96,19 +165,8 @@ def test_a_node_the_gate_fails_is_tainted_and_the_gang_completes_on_the_other_no
     assert job["status"].get("failed", "0") in ("0", 0), job["status"]
 
     nodes = {n["name"]: n for n in report["cluster"]["nodes"]}
-    assert {"key": TAINT_KEY, "value": "fallback", "effect": "NoSchedule"} in nodes[bad]["taints"]
     assert all(t["key"] != TAINT_KEY for n in g6[1:] for t in nodes[n.name]["taints"])
-    api = report["cluster"]["api"]
-    assert {(e["namespace"], e["involvedObject"]["kind"], e["reason"]) for e in api["events"]} == {
-        ("default", "Node", "FabricGateFailed"),
-        ("training", "Job", "FabricGateFailed"),
-    }
-    gate = "system:serviceaccount:training:fabric-gate"
-    assert {(r["method"], r["user"], r["code"]) for r in api["requests"]} == {
-        ("GET", gate, 200),
-        ("PATCH", gate, 200),
-        ("POST", gate, 201),
-    }
+    check_the_chain(report, "training", "Job", bad)
     # Kueue admitted the workload once and kept it: the Job controller, not a requeue, re-placed the pods.
     assert job["admission"]["admitted"] is True
     assert job["admission"]["requeues"] == []
@@ -119,7 +177,7 @@ def ray_manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, A
     app = cdk8s.App()
     charts = [
         TrainingCodeChart(app, "training-code", namespaces=("ray",)),
-        FabricGateChart(app, "fabric-gate", namespaces=("ray", "training")),
+        fabric_gate(app, lock),
         RayJobChart(app, "ray-finetune", environment=ENVIRONMENTS["prod"], lock=lock, job=job),
     ]
     objects = [o for chart in charts for o in chart.to_json()]
@@ -134,9 +192,10 @@ def ray_manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, A
 def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_cluster_completes_elsewhere(
     tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The emitted RayJob (backoffLimit 1, k8s/workloads.py): the gate fails on its first cluster, the driver exits
-    # 75, the Ray job FAILS, KubeRay retries on a new RayCluster (rehearse/kuberay.py, Retrying) whose workers the
-    # scheduler places off the tainted node; Kueue keeps the admission.
+    # The emitted RayJob (backoffLimit 1, k8s/workloads.py): the gate fails on its first cluster, the controller takes
+    # the node out (it reads the worker pod, its RayCluster and that cluster's RayJob), the driver exits 75, the Ray
+    # job FAILS, KubeRay retries on a new RayCluster (rehearse/kuberay.py, Retrying) whose workers the scheduler
+    # places off the tainted node; Kueue keeps the admission.
     g6 = [n for n in build_nodes(get_environment("prod"), {"g6": 3}) if n.group == "g6"]
     bad = g6[0].name
     files = tmp_path / "manifests.yaml"
@@ -165,12 +224,6 @@ def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_clus
     assert {p["node"] for p in retried} == {g6[1].name, g6[2].name}
     assert any("Retrying" in n for n in job["notes"]), job["notes"]
 
-    nodes = {n["name"]: n for n in report["cluster"]["nodes"]}
-    assert {"key": TAINT_KEY, "value": "fallback", "effect": "NoSchedule"} in nodes[bad]["taints"]
-    events = report["cluster"]["api"]["events"]
-    assert {(e["namespace"], e["involvedObject"]["kind"], e["reason"]) for e in events} == {
-        ("default", "Node", "FabricGateFailed"),
-        ("ray", "RayJob", "FabricGateFailed"),
-    }
+    check_the_chain(report, "ray", "RayJob", bad)
     assert job["admission"]["admitted"] is True
     assert job["admission"]["requeues"] == []
