@@ -19,20 +19,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import cdk8s
 import pytest
 
 from fabric_controller.config import ControllerConfig
 from fabric_controller.loop import Controller
+from infra.spec import ENVIRONMENTS
 from k8s.charts.fabric_gate import CONFIG_CONFIGMAP
+from k8s.charts.ray import RayJobChart
+from k8s.images import ImageLock
+from k8s.workloads import RayFinetuneJob
 from rehearse.cluster.session import ClusterSession, annotate, cluster_options
-from rehearse.fake import FakeRuntime, Script
+from rehearse.fake import Dashboard, FakeRuntime, Script
 from rehearse.loop import drive, prepare
 from rehearse.network import LoopbackNetwork
 from rehearse.options import Options
 from rehearse.outcome import Rehearsal
-from rehearse.pods import Pod
+from rehearse.pods import Pod, object_uid
 from tests.rehearse.cluster.test_apiserver import gate_objects
-from tests.rehearse.cluster.test_cluster_loop import GPU_POD, gpu_job
+from tests.rehearse.cluster.test_cluster_loop import GPU_POD, gpu_job, ray_dashboard
+from tests.rehearse.test_kuberay_controllers import failing_first
 from training.fabric_gate import SERVICE_ACCOUNT, wait_for_answer
 from training.fabric_verdict import TAINT_KEY, Answer, ReportedVerdict
 from training.kube_api import API_TOKEN_ENV, KubeApi
@@ -99,20 +105,27 @@ class Chain:
 
     def claim(self, runtime: FakeRuntime, pod: Pod, node: str) -> None:
         """`pod` claims `node` failed the gate; the controller polls once; the gate reads the answer."""
-        gate = self.client(pod)
-        claim = ReportedVerdict("", "training", pod.name, pod.plan.uid, node, "fallback", "", "FABRIC GATE FAIL")
+        gate, namespace = self.client(pod), pod.plan.namespace
+        claim = ReportedVerdict("", namespace, pod.name, pod.plan.uid, node, "fallback", "", "FABRIC GATE FAIL")
         event = gate.create_event(claim.to_event())["metadata"]["name"]
         (controller_pod,) = running(runtime, "fabric-gate-controller-")
         Controller(self.client(controller_pod), self.config, clock=runtime.clock.now, log=self.logs.append).tick()
-        self.answers.append(wait_for_answer(gate, "training", pod.plan.uid, event, wait_s=0, poll_s=0))
+        self.answers.append(wait_for_answer(gate, namespace, pod.plan.uid, event, wait_s=0, poll_s=0))
 
 
 def rehearse_chain(
-    manifests: list[dict[str, Any]], scripts: dict[str, list[Script]], at: float, act: Callable[[Chain, Midway], None]
+    manifests: list[dict[str, Any]],
+    scripts: dict[str, list[Script]],
+    at: float,
+    act: Callable[[Chain, Midway], None],
+    dashboard: Callable[[dict[str, Pod]], Dashboard] | None = None,
 ) -> tuple[Rehearsal, ClusterSession, dict[str, Any], Chain]:
-    """The run loop over the fake runtime on prod's cluster (g6=3), the API server on 127.0.0.1, `act` at `at`."""
+    """The run loop over the fake runtime on prod's cluster (g6=3), the API server on 127.0.0.1, `act` at `at`
+    (`dashboard`: the Ray heads' scripted dashboard over the runtime's pods)."""
     chains: list[Chain] = []
     runtime = Midway(at, lambda rt: act(chains[0], rt), scripts=scripts)
+    if dashboard is not None:
+        runtime.dashboard = dashboard(runtime.pods)
     options = Options(clock=runtime.clock, timeout_s=3600, backoff_base_s=0.0, tick_s=5.0)
     options, session = cluster_options(options, manifests, environment="prod", gpu_nodes={"g6": 3}, clock=runtime.clock)
     assert session.api is not None
@@ -223,3 +236,42 @@ def test_a_gang_pods_verdict_taints_its_node_lowers_the_quota_and_the_job_is_rep
     assert ("PATCH", f"/api/v1/nodes/{bad}") in by_user[CONTROLLER]
     assert ("PATCH", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpu-g6") in by_user[CONTROLLER]
     assert all(r["code"] < 400 for r in report["requests"]), [r for r in report["requests"] if r["code"] >= 400]
+
+
+def test_a_ray_workers_verdict_is_traced_through_its_raycluster_to_the_rayjob_and_taken(
+    objects: list[dict[str, Any]], lock: ImageLock
+) -> None:
+    # The emitted RayJob (prod, g6): the controller reads the worker pod, its owner RayCluster (KubeRay's
+    # SetControllerReference), that cluster's owner RayJob, and the Workload Kueue labels with the RayJob's uid.
+    job = RayFinetuneJob(model="/nonexistent/model", steps=2, batch_size=2, seq_len=32, gpu_group="g6")
+    chart = RayJobChart(cdk8s.App(), "ray-finetune", environment=ENVIRONMENTS["prod"], lock=lock, job=job)
+    ray_job = [o for o in chart.to_json() if o["kind"] == "RayJob"]
+
+    def act(chain: Chain, runtime: Midway) -> None:
+        worker = next(p for p in running(runtime, "qwen-finetune-") if p.plan.labels["ray.io/node-type"] == "worker")
+        chain.bad = str(worker.node)
+        chain.claim(runtime, worker, chain.bad)
+
+    def dashboard(pods: dict[str, Pod]) -> Dashboard:
+        answer, _ = failing_first(ray_dashboard(pods), 1)  # the attempt the gate failed, then a SUCCEEDED one
+        return answer
+
+    result, _, report, chain = rehearse_chain([*objects, *ray_job], {}, 0.0, act, dashboard)
+    (answer,) = chain.answers
+    assert answer is not None, chain.logs
+    assert answer.taken, answer.message
+    assert answer.workload_uid == object_uid("RayJob", "ray", "qwen-finetune")
+    outcome = result.workload("qwen-finetune")
+    assert (outcome.state, outcome.status["failed"], outcome.status["succeeded"]) == ("Complete", "1", "1")
+    workers = [p for p in outcome.pods if p.labels.get("ray.io/node-type") == "worker"]
+    clusters = list(dict.fromkeys(p.labels["ray.io/cluster"] for p in workers))
+    assert len(clusters) == 2
+    assert chain.bad not in {p.node for p in workers if p.labels["ray.io/cluster"] == clusters[1]}
+    asked = {(r["method"], r["path"]) for r in report["requests"] if r["user"] == CONTROLLER}
+    assert ("GET", f"/apis/ray.io/v1/namespaces/ray/rayclusters/{clusters[0]}") in asked
+    assert ("GET", "/apis/ray.io/v1/namespaces/ray/rayjobs/qwen-finetune") in asked
+    events = {(e["namespace"], e["involvedObject"]["kind"], e["reason"]) for e in report["events"]}
+    assert ("ray", "RayJob", "FabricGateNodeTaken") in events
+    assert quota(report) == "8"
+    assert outcome.admission is not None
+    assert outcome.admission["requeues"] == []
