@@ -248,7 +248,8 @@ def test_a_ray_workers_verdict_is_traced_through_its_raycluster_to_the_rayjob_an
     ray_job = [o for o in chart.to_json() if o["kind"] == "RayJob"]
 
     def act(chain: Chain, runtime: Midway) -> None:
-        worker = next(p for p in running(runtime, "qwen-finetune-") if p.plan.labels["ray.io/node-type"] == "worker")
+        pods = running(runtime, "qwen-finetune-")  # the submitter's pod among them
+        worker = next(p for p in pods if p.plan.labels.get("ray.io/node-type") == "worker")
         chain.bad = str(worker.node)
         chain.claim(runtime, worker, chain.bad)
 
