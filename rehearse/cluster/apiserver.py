@@ -729,7 +729,14 @@ class ClusterApi:
         if kind == "Node" and target in self.nodes:
             known: tuple[str, ...] = (object_uid("Node", "", target), target)
         elif kind == "RayJob" and (namespace, target) in self.ray_jobs:
-            known = (object_uid("RayJob", namespace, target),)
+            known = (str(self.ray_jobs[(namespace, target)]["metadata"].get("uid") or ""),)
+            known = (known[0] or object_uid("RayJob", namespace, target),)
+        elif kind == "Pod" and (
+            pods := [p for p in self._live_pods() if (p.plan.namespace, p.name) == (namespace, target)]
+        ):
+            known = tuple(p.plan.uid for p in pods)
+        elif kind == "Job" and (jobs := [j for j in self._jobs() if (j.namespace, j.name) == (namespace, target)]):
+            known = tuple(str(j.uid) for j in jobs)
         elif uid:
             return None  # an object this server does not hold: its uid is not checked
         else:

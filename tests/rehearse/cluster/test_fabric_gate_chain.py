@@ -103,14 +103,15 @@ class Chain:
     def client(self, pod: Pod) -> KubeApi:
         return KubeApi(self.api.url, self.api.pod_env(pod.plan)[API_TOKEN_ENV])
 
-    def claim(self, runtime: FakeRuntime, pod: Pod, node: str) -> None:
-        """`pod` claims `node` failed the gate; the controller polls once; the gate reads the answer."""
-        gate, namespace = self.client(pod), pod.plan.namespace
-        claim = ReportedVerdict("", namespace, pod.name, pod.plan.uid, node, "fallback", "", "FABRIC GATE FAIL")
+    def claim(self, runtime: FakeRuntime, pod: Pod, node: str, uid: str = "") -> None:
+        """`pod` claims `node` failed the gate (naming itself by `uid`, its own by default); the controller polls
+        once; the gate reads the answer."""
+        gate, namespace, uid = self.client(pod), pod.plan.namespace, uid or pod.plan.uid
+        claim = ReportedVerdict("", namespace, pod.name, uid, node, "fallback", "", "FABRIC GATE FAIL")
         event = gate.create_event(claim.to_event())["metadata"]["name"]
         (controller_pod,) = running(runtime, "fabric-gate-controller-")
         Controller(self.client(controller_pod), self.config, clock=runtime.clock.now, log=self.logs.append).tick()
-        self.answers.append(wait_for_answer(gate, namespace, pod.plan.uid, event, wait_s=0, poll_s=0))
+        self.answers.append(wait_for_answer(gate, namespace, uid, event, wait_s=0, poll_s=0))
 
 
 def rehearse_chain(
@@ -164,21 +165,30 @@ def test_a_verdict_from_outside_the_admitted_gang_or_about_another_node_is_refus
         chain.claim(runtime, outsider, str(outsider.node))
         member, other = running(runtime, "gang-")
         chain.claim(runtime, member, str(other.node))
+        chain.claim(runtime, member, str(member.node), uid=other.plan.uid)
 
     scripts = {"gang": [Script(after_s=60)], "intruder": [Script(after_s=60)]}
     result, session, report, chain = rehearse_chain([*objects, gang(), intruder()], scripts, 10.0, act)
-    outsider, other_node = chain.answers
+    outsider, other_node, other_uid = chain.answers
     assert outsider is not None, chain.logs
     assert not outsider.taken
     assert "is not a member of an admitted gang: Kueue has no Workload for it" in outsider.message
     assert other_node is not None, chain.logs
     assert not other_node.taken
     assert "a pod speaks for its own node" in other_node.message
+    assert other_uid is not None, chain.logs
+    assert not other_uid.taken
+    assert "the Event is about another pod" in other_uid.message
+    # The API server notes the verdict whose uid is not its pod's, and the answer on the same claimed uid:
+    # `kubectl describe pod` would list neither.
+    notes = [n for n in result.notes if "involvedObject.uid" in n]
+    assert len(notes) == 2, notes
+    assert all("on Pod/gang-0-" in n for n in notes), notes
     assert all(t["key"] != TAINT_KEY for n in session.nodes for t in n.taints)
     assert quota(report) == "12"
     assert report["cluster_queues"]["gpu-g6"]["annotations"] == {}
     reasons = [(e["namespace"], e["involvedObject"]["kind"], e["reason"]) for e in report["events"]]
-    assert reasons.count(("training", "Pod", "FabricGateVerdictRefused")) == 2, reasons
+    assert reasons.count(("training", "Pod", "FabricGateVerdictRefused")) == 3, reasons
     assert not [r for r in reasons if r[2] == "FabricGateNodeTaken"]
     assert result.workload("gang").state == "Complete"
     assert result.workload("fabric-gate-controller").state == "Ready"
@@ -236,6 +246,8 @@ def test_a_gang_pods_verdict_taints_its_node_lowers_the_quota_and_the_job_is_rep
     assert ("PATCH", f"/api/v1/nodes/{bad}") in by_user[CONTROLLER]
     assert ("PATCH", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpu-g6") in by_user[CONTROLLER]
     assert all(r["code"] < 400 for r in report["requests"]), [r for r in report["requests"] if r["code"] >= 400]
+    # Every Event names its object's uid (kubectl describe lists it there).
+    assert [n for n in result.notes if "involvedObject.uid" in n] == []
 
 
 def test_a_ray_workers_verdict_is_traced_through_its_raycluster_to_the_rayjob_and_taken(
