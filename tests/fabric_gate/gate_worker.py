@@ -10,17 +10,18 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from training.fabric_gate import Floor, GateConfig, GateFailedError, run_gate
 
 
-def rendezvous(rank: int, world: int, state: Path, timeout: timedelta) -> dist.TCPStore:
+def rendezvous(rank: int, world: int, state: Path, timeout: timedelta) -> TCPStore:
     """Rank 0's store on a port the kernel picks, published in STATE_DIR/store-port for the other ranks. A port
     chosen free by the test and bound later by rank 0 could be taken in between by a process of a parallel test:
     rank 0 then failed and the others met a stranger (gloo "Connection closed by peer", seen in make test)."""
     published = state / "store-port"
     if rank == 0:
-        store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
+        store = TCPStore("127.0.0.1", 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
         partial = published.with_suffix(".partial")
         partial.write_text(str(store.port))
         partial.replace(published)
@@ -30,7 +31,7 @@ def rendezvous(rank: int, world: int, state: Path, timeout: timedelta) -> dist.T
         if time.monotonic() > deadline:
             raise TimeoutError(f"rank 0 published no store port in {published} within {timeout}")
         time.sleep(0.05)
-    return dist.TCPStore("127.0.0.1", int(published.read_text()), world, is_master=False, timeout=timeout)
+    return TCPStore("127.0.0.1", int(published.read_text()), world, is_master=False, timeout=timeout)
 
 
 def main() -> int:
