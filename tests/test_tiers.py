@@ -29,9 +29,11 @@ def declared_markers() -> list[str]:
 def dry_run(target: str) -> list[list[str]]:
     """The command lines `make TARGET` runs, as make prints them without running anything."""
     assumed = [arg for stamp in STAMPS for arg in ("-o", stamp)]  # treat the toolchain as installed
-    # Run inside `make test`, this process inherits the outer make's variables (MAKEFLAGS carries
-    # BESIDE_REHEARSALS=1 to every make below it): ask as a user's shell would.
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    # Run inside `make test`, this process inherits the outer make's variables: a variable set on make's command
+    # line (BESIDE_REHEARSALS=1) reaches every make below through MAKEFLAGS and every recipe's environment. Ask as a
+    # user's shell would.
+    inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "BESIDE_REHEARSALS")
+    env = {k: v for k, v in os.environ.items() if k not in inherited}
     done = subprocess.run(
         ["make", "--no-print-directory", "-n", *assumed, target],
         cwd=ROOT,

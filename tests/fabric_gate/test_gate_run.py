@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -29,15 +28,10 @@ class Rank:
     output: str
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @starts_training_processes
 def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, str]) -> list[Rank]:
-    world, port = len(nodes) * ranks_per_node, free_port()
+    world = len(nodes) * ranks_per_node
+    (tmp / "store-port").unlink(missing_ok=True)  # rank 0 publishes its store's port there (gate_worker)
     procs = []
     for rank in range(world):
         node = nodes[rank // ranks_per_node]
@@ -60,7 +54,7 @@ def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, s
         pod.mkdir(parents=True, exist_ok=True)
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tests.fabric_gate.gate_worker", str(rank), str(world), str(port), str(tmp)],
+                [sys.executable, "-m", "tests.fabric_gate.gate_worker", str(rank), str(world), str(tmp)],
                 env=child_env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
