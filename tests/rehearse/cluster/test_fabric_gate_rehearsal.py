@@ -49,10 +49,10 @@ CONTROLLER = "system:serviceaccount:fabric-gate-system:fabric-gate-controller"
 EVENTS = "/api/v1/namespaces/{ns}/events"
 
 
-def fabric_gate(app: cdk8s.App, lock: ImageLock) -> cdk8s.Chart:
-    """The FabricGate construct as the namespaces' file holds it (k8s/main.py), for prod."""
+def fabric_gate(app: cdk8s.App, lock: ImageLock, env: str = "prod") -> cdk8s.Chart:
+    """The FabricGate construct as the namespaces' file holds it (k8s/main.py)."""
     chart = cdk8s.Chart(app, "namespaces")
-    FabricGate(chart, "fabric-gate", environment=ENVIRONMENTS["prod"], lock=lock, namespaces=GATE_NAMESPACES)
+    FabricGate(chart, "fabric-gate", environment=ENVIRONMENTS[env], lock=lock, namespaces=GATE_NAMESPACES)
     return chart
 
 
@@ -109,7 +109,7 @@ def check_the_chain(report: dict[str, Any], namespace: str, workload_kind: str, 
     assert refused == [], refused
 
 
-def manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, Any]]:
+def manifests(model: Path, lock: ImageLock, inject: str, env: str = "prod") -> list[dict[str, Any]]:
     job = NvrxFsdpJob(
         model=str(model),
         steps=2,
@@ -124,8 +124,8 @@ def manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, Any]]
     app = cdk8s.App()
     charts = [
         TrainingCodeChart(app, "training-code", namespaces=("training",)),
-        fabric_gate(app, lock),
-        NvrxJobChart(app, "nvrx-fsdp", environment=ENVIRONMENTS["prod"], lock=lock, job=job),
+        fabric_gate(app, lock, env),
+        NvrxJobChart(app, "nvrx-fsdp", environment=ENVIRONMENTS[env], lock=lock, job=job),
     ]
     objects = [o for chart in charts for o in chart.to_json()]
     (trainer,) = next(o for o in objects if o["kind"] == "Job")["spec"]["template"]["spec"]["containers"]
@@ -133,14 +133,16 @@ def manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, Any]]
     return objects
 
 
+# Each environment's cluster model: dev's g6 group holds its gang of 2 and the spare (max_size 3), as prod's does.
+@pytest.mark.parametrize("env", ["prod", "dev"])
 def test_a_node_the_gate_fails_is_tainted_and_the_gang_completes_on_the_other_nodes(
-    tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str], env: str
 ) -> None:
-    g6 = [n for n in build_nodes(get_environment("prod"), {"g6": 3}) if n.group == "g6"]
+    g6 = [n for n in build_nodes(get_environment(env), {"g6": 3}) if n.group == "g6"]
     bad = g6[0].name
     files = tmp_path / "manifests.yaml"
-    files.write_text(yaml.safe_dump_all(manifests(tiny_model, lock, f"fallback:{bad}")))
-    argv = ["rehearse", "--env", "prod", "--nodes", "g6=3", "--ranks-per-pod", "1", "--json"]
+    files.write_text(yaml.safe_dump_all(manifests(tiny_model, lock, f"fallback:{bad}", env)))
+    argv = ["rehearse", "--env", env, "--nodes", "g6=3", "--ranks-per-pod", "1", "--json"]
     argv += ["--output-dir", str(tmp_path / "out")]
     # --timeout is a hang guard (cluster seconds at scale 1), not a speed assertion.
     argv += ["--host-path", str(tiny_model), "--pod-backoff", "1", "--timeout", "600", str(files)]
