@@ -97,15 +97,17 @@ class Controller:
             quota = f"ClusterQueue {queue} lowered by one node"
         except (KubeError, ValueError) as exc:
             quota = f"ClusterQueue {queue} NOT lowered ({exc}): lower it with trainctl scale"
-        text = (
+        done = (
             f"{claim.node} tainted {TAINT_KEY}={claim.taint}:{TAINT_EFFECT} for {take.gang.ref}; {quota}; "
-            f"release after repair: {release_command(claim.node)}. Verdict: {claim.message}"
+            f"release after repair: {release_command(claim.node)}"
         )
+        # The node's and the workload's Events carry the verdict; the answer goes to the pod that sent it.
+        text = f"{done}. Verdict: {claim.message}"
         act.event(self.api, act.NODE_EVENT_NAMESPACE, act.node_ref(facts.node, claim.node), TAKEN_REASON, text)
         gang = take.gang
         involved = {"kind": gang.kind, "apiVersion": gang.api_version, "namespace": gang.namespace}
         act.event(self.api, gang.namespace, {**involved, "name": gang.name, "uid": gang.uid}, TAKEN_REASON, text)
-        self._answer(claim, Answer(claim.event, True, text, gang.uid))
+        self._answer(claim, Answer(claim.event, True, done, gang.uid))
 
     def release(self) -> None:
         for group in self.config.groups.values():
