@@ -174,13 +174,13 @@ def test_a_node_the_gate_fails_is_tainted_and_the_gang_completes_on_the_other_no
     assert job["admission"]["requeues"] == []
 
 
-def ray_manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, Any]]:
+def ray_manifests(model: Path, lock: ImageLock, inject: str, env: str = "prod") -> list[dict[str, Any]]:
     job = RayFinetuneJob(model=str(model), steps=2, batch_size=2, seq_len=32, gpu_group="g6")
     app = cdk8s.App()
     charts = [
         TrainingCodeChart(app, "training-code", namespaces=("ray",)),
-        fabric_gate(app, lock),
-        RayJobChart(app, "ray-finetune", environment=ENVIRONMENTS["prod"], lock=lock, job=job),
+        fabric_gate(app, lock, env),
+        RayJobChart(app, "ray-finetune", environment=ENVIRONMENTS[env], lock=lock, job=job),
     ]
     objects = [o for chart in charts for o in chart.to_json()]
     ray_job = next(o for o in objects if o["kind"] == "RayJob")
@@ -189,20 +189,16 @@ def ray_manifests(model: Path, lock: ImageLock, inject: str) -> list[dict[str, A
     return objects
 
 
-@pytest.mark.skipif(MINIMAL_RAY is not None, reason=f"needs ray[default] where the pods run: {MINIMAL_RAY}")
-@pytest.mark.timeout(1800)  # two Ray clusters of 2 CPU ranks each (one per worker pod), one after the other
-def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_cluster_completes_elsewhere(
-    tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str]
-) -> None:
+def ray_chain(tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str], env: str) -> None:
     # The emitted RayJob (backoffLimit 1, k8s/workloads.py): the gate fails on its first cluster, the controller takes
     # the node out (it reads the worker pod, its RayCluster and that cluster's RayJob), the driver exits 75, the Ray
     # job FAILS, KubeRay retries on a new RayCluster (rehearse/kuberay.py, Retrying) whose workers the scheduler
     # places off the tainted node; Kueue keeps the admission.
-    g6 = [n for n in build_nodes(get_environment("prod"), {"g6": 3}) if n.group == "g6"]
+    g6 = [n for n in build_nodes(get_environment(env), {"g6": 3}) if n.group == "g6"]
     bad = g6[0].name
     files = tmp_path / "manifests.yaml"
-    files.write_text(yaml.safe_dump_all(ray_manifests(tiny_model, lock, f"fallback:{bad}")))
-    argv = ["rehearse", "--env", "prod", "--nodes", "g6=3", "--ranks-per-pod", "1", "--json"]
+    files.write_text(yaml.safe_dump_all(ray_manifests(tiny_model, lock, f"fallback:{bad}", env)))
+    argv = ["rehearse", "--env", env, "--nodes", "g6=3", "--ranks-per-pod", "1", "--json"]
     argv += ["--output-dir", str(tmp_path / "out")]
     argv += ["--host-path", str(tiny_model), "--pod-backoff", "1", "--timeout", "1700", str(files)]
     code = main(argv)
@@ -229,3 +225,20 @@ def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_clus
     check_the_chain(report, "ray", "RayJob", bad)
     assert job["admission"]["admitted"] is True
     assert job["admission"]["requeues"] == []
+
+
+@pytest.mark.skipif(MINIMAL_RAY is not None, reason=f"needs ray[default] where the pods run: {MINIMAL_RAY}")
+@pytest.mark.timeout(1800)  # two Ray clusters of 2 CPU ranks each (one per worker pod), one after the other
+def test_a_node_the_gate_fails_under_the_ray_job_is_tainted_and_the_retried_cluster_completes_elsewhere(
+    tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ray_chain(tmp_path, tiny_model, lock, capsys, "prod")
+
+
+# dev's cluster model too (its g6 group holds the gang and the spare): the full tier only, as the CI list names prod's.
+@pytest.mark.skipif(MINIMAL_RAY is not None, reason=f"needs ray[default] where the pods run: {MINIMAL_RAY}")
+@pytest.mark.timeout(1800)  # two Ray clusters of 2 CPU ranks each (one per worker pod), one after the other
+def test_the_ray_jobs_chain_on_devs_cluster_model(
+    tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ray_chain(tmp_path, tiny_model, lock, capsys, "dev")
