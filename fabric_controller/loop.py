@@ -26,12 +26,9 @@ from training.fabric_verdict import (
     ReportedVerdict,
     read_answer,
     read_verdict,
+    release_command,
 )
 from training.kube_api import KubeApi, KubeError
-
-
-def release_command(node: str) -> str:
-    return f"kubectl taint node {node} {TAINT_KEY}:{TAINT_EFFECT}-"
 
 
 class Controller:

@@ -19,7 +19,8 @@ from typing import Any
 from infra.spec import GpuNodeGroupConfig
 from trainctl.kube import api_errors
 from trainctl.output import table
-from training.fabric_gate import TAINT_EFFECT, TAINT_KEY
+from training.fabric_gate import TAINT_KEY
+from training.fabric_verdict import release_command
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,6 @@ class GateTaint:
 
     def to_json(self) -> dict[str, str]:
         return {"node": self.node, "reason": self.reason, "release": self.release}
-
-
-def release_command(node: str) -> str:
-    return f"kubectl taint node {node} {TAINT_KEY}:{TAINT_EFFECT}-"
 
 
 def from_taints(node: str, taints: Iterable[str]) -> GateTaint | None:

@@ -19,7 +19,7 @@ from trainctl.kube import api_errors
 from trainctl.node_readiness import NODEGROUP_LABEL, expectation, survey
 from trainctl.output import table
 from trainctl.scale import nodegroup_name
-from training.fabric_verdict import TAINT_EFFECT, TAINT_KEY, TAKEN_ANNOTATION
+from training.fabric_verdict import TAKEN_ANNOTATION, release_command
 
 PLATFORM_SELECTOR = "app.kubernetes.io/managed-by=ml-platform"
 ENVIRONMENT_LABEL = "platform/environment"
@@ -48,11 +48,6 @@ class GroupQueue:
             "difference": self.difference,
             "taken_out": [{"node": n, "release": release_command(n)} for n in self.taken_out],
         }
-
-
-def release_command(node: str) -> str:
-    """What gives a repaired node back: the controller restores the quota once the taint is gone."""
-    return f"kubectl taint node {node} {TAINT_KEY}:{TAINT_EFFECT}-"
 
 
 def taken_out(queue: dict[str, Any]) -> tuple[str, ...]:

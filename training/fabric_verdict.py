@@ -49,6 +49,11 @@ TAKEN_ANNOTATION = _PREFIX + "taken"
 MESSAGE_LIMIT = 1024
 
 
+def release_command(node: str) -> str:
+    """What an operator runs once a node is repaired; the controller then gives its quota back."""
+    return f"kubectl taint node {node} {TAINT_KEY}:{TAINT_EFFECT}-"
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
