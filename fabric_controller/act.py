@@ -5,7 +5,6 @@ resourceVersion in its merge patch), so a concurrent change is re-read, never ov
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,11 +13,11 @@ from fabric_controller.decide import Record, Take, shifted_quota
 from fabric_controller.facts import KUEUE, cluster_queue, read_record
 from training.fabric_verdict import (
     CONTROLLER_COMPONENT,
-    MESSAGE_LIMIT,
     TAINT_EFFECT,
     TAINT_KEY,
     TAKEN_ANNOTATION,
     ReportedVerdict,
+    event_object,
 )
 from training.kube_api import MERGE_PATCH, KubeApi, KubeError
 
@@ -77,25 +76,8 @@ def move_quota(
     raise AssertionError("unreachable")
 
 
-def event(
-    api: KubeApi, namespace: str, involved: Mapping[str, str], reason: str, message: str, kind: str = "Warning"
-) -> None:
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    api.create_event(
-        {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.{CONTROLLER_COMPONENT}-", "namespace": namespace},
-            "involvedObject": dict(involved),
-            "reason": reason,
-            "message": message[:MESSAGE_LIMIT],
-            "type": kind,
-            "source": {"component": CONTROLLER_COMPONENT},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-    )
+def event(api: KubeApi, namespace: str, involved: Mapping[str, str], reason: str, message: str) -> None:
+    api.create_event(event_object(namespace, involved, reason=reason, message=message, component=CONTROLLER_COMPONENT))
 
 
 def node_ref(node: Mapping[str, Any] | None, name: str) -> dict[str, str]:

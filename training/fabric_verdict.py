@@ -58,24 +58,24 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _event(
+def event_object(
     namespace: str,
     involved: Mapping[str, str],
     *,
     reason: str,
     message: str,
     component: str,
-    annotations: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """A core/v1 Warning Event (no eventTime: the legacy fields kubectl describe reads), named after its object."""
     now = _now()
+    metadata: dict[str, Any] = {"generateName": f"{involved['name']}.{component}-", "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {
-            "generateName": f"{involved['name']}.{component}-",
-            "namespace": namespace,
-            "annotations": dict(annotations),
-        },
+        "metadata": metadata,
         "involvedObject": dict(involved),
         "reason": reason,
         "message": message[:MESSAGE_LIMIT],
@@ -104,7 +104,7 @@ class ReportedVerdict:
         involved = {"kind": "Pod", "apiVersion": "v1", "namespace": self.namespace, "name": self.pod}
         involved["uid"] = self.pod_uid
         annotations = {NODE_ANNOTATION: self.node, TAINT_ANNOTATION: self.taint, WORKLOAD_ANNOTATION: self.workload}
-        return _event(
+        return event_object(
             self.namespace,
             involved,
             reason=VERDICT_REASON,
@@ -145,7 +145,7 @@ class Answer:
         annotations = {VERDICT_ANNOTATION: self.verdict_event, NODE_ANNOTATION: verdict.node}
         if self.workload_uid:
             annotations[WORKLOAD_UID_ANNOTATION] = self.workload_uid
-        return _event(
+        return event_object(
             verdict.namespace,
             involved,
             reason=TAKEN_REASON if self.taken else REFUSED_REASON,
