@@ -26,7 +26,7 @@ from infra.spec.operating import OPERATING
 from infra.spec.scheduling import GPU_TAINT_KEY
 from infra.spec.versions import MANAGED_ADDONS
 from tests.helpers import of_type
-from trainctl.gate_taints import release_command
+from training.fabric_verdict import release_command
 
 SERIES = Path(__file__).parent / "fixtures" / "metric_series"
 
