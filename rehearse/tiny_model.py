@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+if TYPE_CHECKING:  # torch and transformers load in seconds; the corpus and the constants need neither
+    from transformers import PreTrainedTokenizerFast, Qwen2Config
 
 VOCAB_SIZE = 512
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[EOS]"]
@@ -24,6 +24,9 @@ def corpus_lines() -> list[str]:
 
 
 def build_tokenizer(lines: list[str]) -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.train_from_iterator(lines, trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS))
@@ -34,6 +37,8 @@ def build_tokenizer(lines: list[str]) -> PreTrainedTokenizerFast:
 
 
 def tiny_config(eos_token_id: int, pad_token_id: int) -> Qwen2Config:
+    from transformers import Qwen2Config
+
     # Qwen2.5-1.5B's shape in miniature: grouped-query attention and tied input/output embeddings.
     return Qwen2Config(
         vocab_size=VOCAB_SIZE,
@@ -51,6 +56,9 @@ def tiny_config(eos_token_id: int, pad_token_id: int) -> Qwen2Config:
 
 def save_tiny_model(directory: Path, lines: list[str]) -> Path:
     """Tokenizer and randomly initialised (seeded) model in one Hugging Face directory."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
     tokenizer = build_tokenizer(lines)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     assert isinstance(eos, int)

@@ -172,6 +172,12 @@ def test_the_suites_launchers_are_classified(request: pytest.FixtureRequest) -> 
         ([sys.executable, "-m", "training.fabric_gate", "judge", "--nodes", "2", "x.log"], False),
         ([sys.executable, "-m", "training.fabric_gate", "supervise", "--", "python", "-c", "pass"], False),
         (["bash", "-n", "scripts/gpu_smoke.sh"], False),
+        # A program given with -c: one that joins a process group or starts Ray is a training process; one that
+        # imports them to check an API (the image's import check, the Ray CLI's parser) is not.
+        ([sys.executable, "-c", "import torch.distributed as dist\ndist.init_process_group('gloo')"], True),
+        ([sys.executable, "-c", "import ray\nray.init(num_cpus=1)"], True),
+        ([sys.executable, "-c", "from nvidia_resiliency_ext.inprocess import Wrapper"], False),
+        ([sys.executable, "-c", "pass", "torchrun"], True),  # the launcher's name anywhere still counts
     ],
 )
 def test_training_commands(argv: list[str], training: bool) -> None:

@@ -367,7 +367,9 @@ class ClusterApi:
         sock, host = network.listen()
         self._server = _Server(sock, self)
         self.url = f"http://{host}:{sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="rehearsal-apiserver", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="rehearsal-apiserver", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from infra.spec import ENVIRONMENTS
 from infra.spec.kueue import KueueProps, kueue_props, manager_config
@@ -36,6 +35,7 @@ from rehearse.cluster.kueue import (
     ray_job_finished,
     workload_from_manifest,
 )
+from rehearse.manifests import yaml_documents
 
 MIN = 60.0
 G6_POD = {"cpu": "40", "memory": "160Gi", "nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}
@@ -88,7 +88,7 @@ def dist_objects(dist: Path, env_name: str) -> dict[str, dict[str, Any]]:
     """Every Job, RayJob and RayCluster of dist/<env>, by metadata.name (parsed once: copy before changing)."""
     found: dict[str, dict[str, Any]] = {}
     for path in sorted((dist / env_name).glob("*.yaml")):
-        for obj in yaml.safe_load_all(path.read_text()):
+        for obj in yaml_documents(path.read_text()):
             if obj and obj["kind"] in ("Job", "RayJob", "RayCluster"):
                 found[obj["metadata"]["name"]] = obj
     return found

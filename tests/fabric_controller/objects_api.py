@@ -122,7 +122,7 @@ def serving(api: ObjectsApi) -> Iterator[ObjectsApi]:
         do_GET = do_POST = do_PATCH = _serve  # noqa: N815
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     api.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:

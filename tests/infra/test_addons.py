@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gates.manifests import load_crd
 from infra.spec import (
@@ -22,6 +21,7 @@ from infra.spec import (
 from infra.spec.namespaces import KUBERAY, TRAINING_NAMESPACES
 from infra.spec.registries import eks_image_registry
 from infra.spec.versions import HELM_CHARTS, KUBERAY_VERSION, MANAGED_ADDONS
+from rehearse.manifests import yaml_documents
 from tests.conftest import ROOT
 from tests.helpers import helm_charts, kubernetes_objects, nodegroup, of_type, only, resolve, stack_of
 
@@ -411,7 +411,7 @@ def test_no_load_balancer_or_node_port_anywhere(resources: dict[str, Any], env_n
     everything += list(kubernetes_objects(template).values())
     files = sorted((dist / env_name).glob("*.yaml"))
     assert files
-    everything += [list(yaml.safe_load_all(p.read_text())) for p in files]
+    everything += [(yaml_documents(p.read_text())) for p in files]
     for item in _services(everything):
         assert item.get("type", "ClusterIP") == "ClusterIP", item
         assert item.get("spec", {}).get("type", "ClusterIP") == "ClusterIP", item

@@ -17,6 +17,7 @@ import pytest
 
 from k8s.charts.ray import CONFIGMAP_DATA_LIMIT_BYTES, TrainingCodeChart, configmap_data_bytes
 from k8s.ray_spec import WorkloadError
+from rehearse.manifests import yaml_documents
 from tests.conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -32,12 +33,11 @@ def test_every_documented_kubectl_apply_is_server_side() -> None:
 
 
 def test_the_shipped_training_code_fits_a_configmap_with_room_to_grow(dist: Path) -> None:
-    import yaml
 
     sizes = [
         configmap_data_bytes(obj["data"])
         for path in sorted(dist.glob("*/training-code.k8s.yaml"))
-        for obj in yaml.safe_load_all(path.read_text())
+        for obj in yaml_documents(path.read_text())
         if obj and obj["kind"] == "ConfigMap"
     ]
     assert sizes

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from infra.spec.instances import INSTANCE_TYPES
 from k8s.fabric_env import OFI_NETWORK_NAME, FabricProfile, fabric_env
+from rehearse.manifests import yaml_documents
 from tests.conftest import ROOT
 
 P5 = INSTANCE_TYPES["p5.48xlarge"]
@@ -97,7 +97,7 @@ def test_no_workload_requests_hugepages_and_every_efa_container_turns_them_off(d
     hugepages-*: the ClusterQueues and the rehearsal's node model then have nothing of them to count."""
     efa_containers = 0
     for path in sorted(dist.rglob("*.yaml")):
-        for obj in yaml.safe_load_all(path.read_text()):
+        for obj in yaml_documents(path.read_text()):
             for container in _containers(obj):
                 resources = container.get("resources") or {}
                 amounts = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}

@@ -5,13 +5,15 @@ a node outside the gated GPU groups; the gate's objects ship with the namespaces
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
 import celpy
 import pytest
-import yaml
 from celpy.adapter import json_to_cel
+
+from rehearse.manifests import yaml_documents
 
 WORKLOAD_KINDS = {"Job", "RayJob", "RayCluster", "Deployment", "Pod"}
 GATED_NAMESPACES = ("ray", "training")
@@ -22,7 +24,7 @@ def documents(dist: Path, env: str) -> list[tuple[str, dict[str, Any]]]:
     return [
         (path.name, doc)
         for path in sorted((dist / env).glob("*.k8s.yaml"))
-        for doc in yaml.safe_load_all(path.read_text())
+        for doc in yaml_documents(path.read_text())
         if doc
     ]
 
@@ -95,6 +97,7 @@ def node_policies(dist: Path) -> list[dict[str, Any]]:
     ]
 
 
+@functools.cache
 def _program(expression: str) -> Any:
     env = celpy.Environment()
     return env.program(env.compile(expression))

@@ -6,19 +6,20 @@ worker and nothing else; the controller runs our code, pinned, restricted, on th
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 import celpy
 import pytest
-import yaml
 from celpy.adapter import json_to_cel
 
 from fabric_controller.config import ControllerConfig
 from gates.manifests import check_objects
 from infra.spec import ENVIRONMENTS
 from k8s.charts.fabric_gate import CONTROLLER_SOURCES, ROOT, controller_config
+from rehearse.manifests import yaml_documents
 from training.fabric_verdict import TAINT_KEY
 
 NAMESPACES = {"ray", "training"}
@@ -26,7 +27,7 @@ CONTROLLER = ("fabric-gate-system", "fabric-gate-controller")
 
 
 def objects(dist: Path, env: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((dist / env / "namespaces.k8s.yaml").read_text()) if d]
+    return [d for d in yaml_documents((dist / env / "namespaces.k8s.yaml").read_text()) if d]
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -111,6 +112,7 @@ def policy(dist: Path) -> dict[str, Any]:
     return vap
 
 
+@functools.cache
 def _program(expression: str) -> Any:
     env = celpy.Environment()
     return env.program(env.compile(expression))
@@ -274,7 +276,7 @@ def test_every_module_the_controller_imports_ships_with_it() -> None:
 def test_every_gated_pod_knows_its_node_and_uid_and_runs_as_the_gate(dist: Path, env: str) -> None:
     kinds = set()
     for path in sorted((dist / env).glob("*.k8s.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml_documents(path.read_text()):
             for spec in _gated_pods(doc or {}):
                 kinds.add(doc["kind"])
                 for container in spec["containers"]:

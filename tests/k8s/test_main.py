@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from infra.spec import ENVIRONMENTS
 from k8s.check_lock import check_lock, placeholder_digest
 from k8s.images import DIGEST, LOCK_PATH, ImageLock, UnpinnedImagesError
 from k8s.main import synth_all
+from rehearse.manifests import yaml_documents
 from tests.conftest import ROOT
 
 EXPECTED_FILES = {
@@ -29,9 +29,7 @@ EXPECTED_FILES = {
 
 
 def _kinds(directory: Path) -> dict[str, list[str]]:
-    return {
-        p.name: [d["kind"] for d in yaml.safe_load_all(p.read_text()) if d] for p in sorted(directory.glob("*.yaml"))
-    }
+    return {p.name: [d["kind"] for d in yaml_documents(p.read_text()) if d] for p in sorted(directory.glob("*.yaml"))}
 
 
 def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> None:

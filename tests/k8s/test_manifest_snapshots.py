@@ -21,6 +21,7 @@ from syrupy.assertion import SnapshotAssertion
 from infra.spec import ENVIRONMENTS
 from k8s.charts.ray import TRAINING_PACKAGE
 from k8s.main import synth_all
+from rehearse.manifests import yaml_documents
 
 CODE_FILE = "training-code.k8s.yaml"
 
@@ -34,7 +35,7 @@ def manifests(directory: Path) -> dict[str, str]:
     files = {p.name: p.read_text() for p in sorted(directory.iterdir()) if p.is_file()}
     if CODE_FILE in files:
         sources = {p.name: p.read_text() for p in sorted(TRAINING_PACKAGE.glob("*.py"))}
-        documents: list[dict[str, Any]] = [d for d in yaml.safe_load_all(files[CODE_FILE]) if d]
+        documents: list[dict[str, Any]] = [d for d in yaml_documents(files[CODE_FILE]) if d]
         # Each namespace's ConfigMaps together (the fabric tools ship in one of their own) carry training/*.py.
         shipped: dict[str, dict[str, str]] = {}
         for document in documents:

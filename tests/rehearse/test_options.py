@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rehearse import Kill, Options, RehearsalError
+from rehearse.manifests import yaml_documents
 from rehearse.ranks import ranks_per_pod
 
 
@@ -30,7 +30,7 @@ def test_kill_parses_a_time_into_the_run_or_a_delay_after_a_path_under_the_outpu
 
 
 def _objects(dist: Path, env: str, workload: str) -> list[dict[str, Any]]:
-    return [o for o in yaml.safe_load_all((dist / env / f"{workload}.k8s.yaml").read_text()) if o]
+    return [o for o in yaml_documents((dist / env / f"{workload}.k8s.yaml").read_text()) if o]
 
 
 def _script(obj: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -51,6 +52,9 @@ class MotoServer:
 
     def start(self) -> MotoServer:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on stderr
+        # moto builds each region's EC2 backend again after every reset, with ~15,000 default AMIs (and a volume
+        # and snapshot each): about a second per test. No test here reads an AMI; the server runs in this process.
+        os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.url = f"http://{host}:{port}"

@@ -76,14 +76,21 @@ def pinned_charts() -> Iterator[FakeChartRepo]:
     CHARTS.clear()
 
 
+ADMIN_ROLE_IN: set[str] = set()
+"""The moto servers (URLs) that hold the admin role since their last reset."""
+
+
 @pytest.fixture
 def admin_role(moto: MotoServer) -> None:
     """The environments' admin role exists in moto's IAM (fresh_moto's reset removes it again)."""
+    if moto.url in ADMIN_ROLE_IN:
+        return
     iam = boto3.client("iam", region_name="us-east-1", endpoint_url=moto.url)
     try:
         iam.get_role(RoleName=ADMIN)
     except iam.exceptions.NoSuchEntityException:
         iam.create_role(RoleName=ADMIN, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}))
+    ADMIN_ROLE_IN.add(moto.url)
 
 
 @pytest.fixture
@@ -93,6 +100,7 @@ def fresh_moto(moto: MotoServer) -> Iterator[MotoServer]:
         yield moto
     finally:
         moto.reset()
+        ADMIN_ROLE_IN.discard(moto.url)
 
 
 @pytest.fixture

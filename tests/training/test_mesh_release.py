@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.image_envs import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +50,7 @@ print(json.dumps({"torch": torch.__version__, "held": held, "released": released
 """
 
 
+@pytest.mark.training  # one gloo rank in a process of its own
 def test_no_mesh_holds_a_process_group_after_the_release() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
