@@ -528,13 +528,21 @@ def pod_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def write_pod_verdict(verdict: GateVerdict, exit_code: int, directory: Path | None = None) -> Path:
+    """The pod's verdict; a failing one, once written, stays. ft_launcher can restart the workers before `supervise`
+    has stopped it, and their gate's later verdict (the run's failures spent) must not replace the one it acts on."""
     directory = directory or pod_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "verdict.json"
-    tmp = path.with_suffix(".tmp")
+    first = read_pod_verdict(path)
+    if first is None or first.get("exit_code") not in (EXIT_RETRY, EXIT_FAILED):
+        _write_verdict(path, verdict, exit_code)
+    return path
+
+
+def _write_verdict(path: Path, verdict: GateVerdict, exit_code: int) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # each rank writes its own, then one rename wins
     tmp.write_text(json.dumps({**verdict.to_json(), "exit_code": exit_code}, indent=2) + "\n")
     os.replace(tmp, path)
-    return path
 
 
 def read_pod_verdict(path: Path) -> dict[str, Any] | None:
@@ -579,7 +587,8 @@ def write_shared_verdict(state_dir: Path | None, run_id: str, verdict: GateVerdi
     if state_dir is None:
         return
     with contextlib.suppress(OSError):
-        write_pod_verdict(verdict, exit_code, state_dir).replace(state_dir / f"verdict-{run_id}.json")
+        state_dir.mkdir(parents=True, exist_ok=True)
+        _write_verdict(state_dir / f"verdict-{run_id}.json", verdict, exit_code)
 
 
 def read_shared_verdict(state_dir: Path | None, run_id: str, *, since: float) -> dict[str, Any] | None:
