@@ -9,7 +9,7 @@ from typing import Any
 from fabric_controller.config import ControllerConfig
 from fabric_controller.decide import GROUP_LABEL, Facts, Gang, Record
 from training.fabric_verdict import TAKEN_ANNOTATION, ReportedVerdict
-from training.kube_api import KubeApi
+from training.kube_api import KubeApi, KubeError
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 # Kueue labels each Workload with its job's uid (Kueue v0.19.2 pkg/controller/constants JobUIDLabel): the Workload's
@@ -27,11 +27,21 @@ def controller_owner(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return next((o for o in owners if o.get("controller")), None)
 
 
+class NotGrantedError(Exception):
+    """The controller's Role of the namespace does not grant the owner's kind (k8s/charts/fabric_gate.py OWNER_READS
+    grants each namespace only the kinds a gated workload has there): no gated workload of that kind lives there."""
+
+
 def _get(api: KubeApi, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any] | None:
     path = PATHS.get((str(owner.get("apiVersion")), str(owner.get("kind"))))
     if path is None:
         return None
-    found = api.get_or_none(path.format(ns=namespace, name=owner.get("name")))
+    try:
+        found = api.get_or_none(path.format(ns=namespace, name=owner.get("name")))
+    except KubeError as exc:
+        if exc.code == 403:
+            raise NotGrantedError from exc
+        raise
     # An owner reference names a uid: an object of that name but another uid is a later one.
     return found if found is not None and found["metadata"].get("uid") == owner.get("uid") else None
 
@@ -47,19 +57,30 @@ def admitted(workloads: list[dict[str, Any]]) -> tuple[bool, str]:
     return False, f"its Workload {workloads[0]['metadata'].get('name')} is not Admitted"
 
 
+def _not_here(namespace: str, owner: Mapping[str, Any]) -> Gang:
+    kind, name = str(owner.get("kind")), str(owner.get("name"))
+    return Gang(namespace, kind, name, "", "", False, f"no gated {kind} lives in namespace {namespace}")
+
+
 def find_gang(api: KubeApi, pod: Mapping[str, Any]) -> Gang | None:
     """The workload Kueue admitted for `pod`: its Job; or its RayCluster's owning RayJob, else the RayCluster."""
     namespace = str(pod["metadata"].get("namespace"))
     owner = controller_owner(pod)
     if owner is None:
         return None
-    job = _get(api, namespace, owner)
+    try:
+        job = _get(api, namespace, owner)
+    except NotGrantedError:
+        return _not_here(namespace, owner)
     if job is None:
         return Gang(namespace, str(owner.get("kind")), str(owner.get("name")), "", "", False, "its owner is gone")
     if job["kind"] == "RayCluster":
         parent = controller_owner(job)
         if parent is not None:
-            ray_job = _get(api, namespace, parent)
+            try:
+                ray_job = _get(api, namespace, parent)
+            except NotGrantedError:
+                return _not_here(namespace, parent)
             if ray_job is None:
                 return Gang(namespace, "RayJob", str(parent.get("name")), "", "", False, "its RayJob is gone")
             job = ray_job

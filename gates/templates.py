@@ -91,6 +91,59 @@ def _eks_cluster(logical_id: str, res: dict[str, Any], template: dict[str, Any])
         yield "Kubernetes secrets are not envelope-encrypted with a KMS key (EncryptionConfig)"
 
 
+# Resource policies that grant an AWS service principal, and where each keeps its document.
+SERVICE_GRANT_POLICIES = {
+    "AWS::SNS::TopicPolicy": "PolicyDocument",
+    "AWS::SNS::TopicInlinePolicy": "PolicyDocument",
+    "AWS::KMS::Key": "KeyPolicy",
+}
+# What stops a confused deputy (IAM User Guide, "The confused deputy problem",
+# https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html): the calling resource's account or ARN; for
+# CloudWatch Logs on a KMS key, the log group's ARN in the encryption context (CloudWatch Logs User Guide, "Encrypt log
+# data in CloudWatch Logs using AWS KMS"). Condition keys are case-insensitive.
+SOURCE_KEYS = {"aws:sourceaccount", "aws:sourcearn", "kms:encryptioncontext:aws:logs:arn"}
+# (resource type, Sid, service, sorted actions) -> why the grant carries no source condition. Keep each reason true.
+SERVICE_GRANT_ACKNOWLEDGED: dict[tuple[str, str, str, tuple[str, ...]], str] = {
+    ("AWS::KMS::Key", "CloudWatchAlarmsPublish", "cloudwatch.amazonaws.com", ("kms:Decrypt", "kms:GenerateDataKey*")): (
+        "the alarm topic's own key (infra/monitoring.py): the Amazon SNS guide documents this grant without "
+        "conditions and no AWS page documents aws:SourceArn/aws:SourceAccount in the KMS request SNS makes for a "
+        "CloudWatch publish; the topic policy, which CloudWatch must pass first, carries both"
+    ),
+}
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _service_grant_without_source(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    """An SNS topic policy or KMS key policy statement that allows an AWS service principal with neither
+    aws:SourceAccount nor aws:SourceArn: the service may act on it for any account's resource (a confused deputy)."""
+    field = SERVICE_GRANT_POLICIES.get(res["Type"])
+    document = res.get("Properties", {}).get(field) if field else None
+    if not isinstance(document, dict):
+        return
+    for statement in _listed(document.get("Statement", [])):
+        principal = statement.get("Principal")
+        if statement.get("Effect", "Allow") != "Allow" or not isinstance(principal, dict) or "Service" not in principal:
+            continue
+        keys = {key.lower() for operator in (statement.get("Condition") or {}).values() for key in operator}
+        if keys & SOURCE_KEYS:
+            continue
+        sid = str(statement.get("Sid", ""))
+        actions = tuple(sorted(str(a) for a in _listed(statement.get("Action", []))))
+        for service in _listed(principal["Service"]):
+            if (res["Type"], sid, service, actions) in SERVICE_GRANT_ACKNOWLEDGED:
+                continue
+            yield (
+                f"{res['Type']} statement {sid or '(no Sid)'} allows service principal {service} "
+                f"({', '.join(actions)}) without aws:SourceAccount or aws:SourceArn: any account's resource may have "
+                f"{service} act on it (confused deputy); add StringEquals aws:SourceAccount and ArnLike aws:SourceArn "
+                "of the calling resources where the service documents them, else acknowledge it with the reason in "
+                "gates/templates.py SERVICE_GRANT_ACKNOWLEDGED"
+            )
+
+
 RULES: tuple[Rule, ...] = (
     _open_ingress,
     _imdsv2,
@@ -98,6 +151,7 @@ RULES: tuple[Rule, ...] = (
     _log_retention,
     _retained_fixed_name_log_group,
     _eks_cluster,
+    _service_grant_without_source,
 )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -37,6 +37,15 @@ def rules_for(environment: Environment, group: GpuNodeGroupConfig) -> GroupAlarm
     return group_alarm_rules(cluster=environment.cluster.name, group=group.name, instance_type=group.instance_type)
 
 
+KEY_GRANT_SID = "CloudWatchAlarmsPublish"
+
+
+def alarm_arn_pattern(scope: Construct, environment: Environment) -> str:
+    """The ARNs of the environment's alarms: this account and region, named after the cluster (GpuGroupAlarms)."""
+    stack = Stack.of(scope)
+    return f"arn:{stack.partition}:cloudwatch:{stack.region}:{stack.account}:alarm:{environment.cluster.name}-*"
+
+
 class AlarmTopic(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, environment: Environment) -> None:
         super().__init__(scope, construct_id)
@@ -47,9 +56,16 @@ class AlarmTopic(Construct):
             enable_key_rotation=True,
             removal_policy=RemovalPolicy.DESTROY,
         )
+        # No aws:SourceAccount/aws:SourceArn here, unlike the topic's grant below: the Amazon SNS guide's key policy
+        # for event sources ("Enable compatibility between event sources from AWS services and encrypted topics",
+        # sns-key-management.html#compatibility-with-aws-services) has none, and no AWS page documents those keys in
+        # the KMS request SNS makes for a CloudWatch publish; a condition that request lacks would drop every alarm
+        # notification unseen. The key encrypts this topic alone, and CloudWatch reaches it only through a Publish
+        # the topic policy admits (this account's alarms of this environment). gates/templates.py acknowledges this
+        # statement by its Sid (SERVICE_GRANT_ACKNOWLEDGED).
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
-                sid="CloudWatchAlarmsPublish",
+                sid=KEY_GRANT_SID,
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy, "*" is this key
@@ -62,12 +78,21 @@ class AlarmTopic(Construct):
             master_key=self.key,
             enforce_ssl=True,
         )
+        # Confused deputy (IAM User Guide, "The confused deputy problem"): CloudWatch publishes as the alarm, with
+        # aws:SourceArn the alarm's ARN (arn:...:cloudwatch:REGION:ACCOUNT:alarm:NAME) and aws:SourceAccount its
+        # account (Amazon SNS Developer Guide, "Example cases for Amazon SNS access control"; AWS re:Post knowledge
+        # center "cloudwatch-receive-sns-for-alarm-trigger"). Every alarm of the environment is named
+        # <cluster>-... (GpuGroupAlarms below): no alarm of another account or environment publishes here.
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="CloudWatchAlarmsPublish",
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["sns:Publish"],
                 resources=[self.topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Stack.of(self).account},
+                    "ArnLike": {"aws:SourceArn": alarm_arn_pattern(self, environment)},
+                },
             )
         )
         email = environment.add_ons.alarm_email

@@ -6,8 +6,9 @@ Who can reach each identity decides what it may hold:
   job API, or ships a package the trainer imports, can run. Their ServiceAccount `fabric-gate` may only `create` and
   `list` Events in its own namespace (the verdict, and the controller's answer): no node, no other resource.
 - The remediation controller (fabric_controller/) runs our code alone, in its own namespace on the system nodes,
-  with a token no workload mounts. Its ServiceAccount may read the pods, Jobs, RayClusters, RayJobs and Kueue
-  Workloads of the gated namespaces, patch nodes and the gated groups' ClusterQueues (by name), and post Events.
+  with a token no workload mounts. Its ServiceAccount may read the pods and Kueue Workloads of the gated namespaces
+  and the gated pods' owners where they live (Jobs in training, RayClusters and RayJobs in ray: OWNER_READS), patch
+  nodes and the gated groups' ClusterQueues (by name), and post Events.
   RBAC cannot narrow a node patch to the taints (`patch` on `nodes` allows any field of the main resource), so a
   ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) bound with [Deny] matches
   that identity's node UPDATEs (a PATCH is admitted as an UPDATE) and compares object with oldObject: only the
@@ -32,6 +33,7 @@ from constructs import Construct
 
 from fabric_controller.config import ControllerConfig, GroupConfig
 from infra.spec import Environment
+from infra.spec.namespaces import RAY, TRAINING
 from infra.spec.scheduling import GPU_GROUP_LABEL, GPU_ROLE, ROLE_LABEL, SYSTEM_NODE_SELECTOR
 from k8s.images import ImageLock
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, gpu_quota
@@ -155,6 +157,24 @@ CONTROLLER_TOKEN_ACK = (
 NODE_EVENTS_ACK = "CKV_K8S_21=a Node's Events must be in default (Kubernetes events validation); create on events only"
 
 
+# The owners of a gated pod the controller reads (fabric_controller/facts.py find_gang), by the namespace they live in:
+# the NVRx Job in training (k8s/charts/nvrx_job.py); a RayJob's RayCluster and the RayJob in ray (k8s/charts/ray.py).
+# Each namespace's Role grants its own kinds only: no RayJob lives in training, no gated batch Job in ray.
+OWNER_READS: dict[str, tuple[dict[str, list[str]], ...]] = {
+    TRAINING.name: ({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},),
+    RAY.name: ({"apiGroups": ["ray.io"], "resources": ["rayclusters", "rayjobs"], "verbs": ["get"]},),
+}
+
+
+def owner_reads(namespace: str) -> tuple[dict[str, list[str]], ...]:
+    if namespace not in OWNER_READS:
+        raise ValueError(
+            f"fabric gate: no gated workload kinds known for namespace {namespace!r} (known: {sorted(OWNER_READS)}): "
+            "add its owners' kinds to OWNER_READS in k8s/charts/fabric_gate.py"
+        )
+    return OWNER_READS[namespace]
+
+
 def controller_config(environment: Environment, namespaces: tuple[str, ...]) -> ControllerConfig:
     """The gated groups (GpuNodeGroupConfig.gated: their multi-node jobs run the gate), their queues and one node's
     quota (k8s/queueing.py gpu_quota, as `trainctl scale` and the Platform stack write it)."""
@@ -224,14 +244,13 @@ class FabricGate(Construct):
             roleRef=_role_ref("ClusterRole", CONTROLLER),
             subjects=me,
         )
-        reads = [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
-            {"apiGroups": ["ray.io"], "resources": ["rayclusters", "rayjobs"], "verbs": ["get"]},
-            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]},
-            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
-        ]
         for namespace in config.namespaces:
+            reads = [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                *owner_reads(namespace),
+                {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]},
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
+            ]
             _object(self, f"controller-role-{namespace}", RBAC, "Role", CONTROLLER, namespace, rules=reads)
             _object(
                 self,

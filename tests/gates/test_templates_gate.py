@@ -107,3 +107,75 @@ def test_missing_control_plane_log_type_fails(cluster: dict[str, Any], retention
 def test_unencrypted_secrets_fail(cluster: dict[str, Any], retention: dict[str, Any]) -> None:
     del cluster["Properties"]["EncryptionConfig"]
     assert "not envelope-encrypted" in _one(cluster, L=retention)[0]
+
+
+def _topic_policy(statement: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "Type": "AWS::SNS::TopicPolicy",
+        "Properties": {"PolicyDocument": {"Statement": [statement], "Version": "2012-10-17"}, "Topics": []},
+    }
+
+
+PUBLISH = {
+    "Sid": "CloudWatchAlarmsPublish",
+    "Effect": "Allow",
+    "Principal": {"Service": "cloudwatch.amazonaws.com"},
+    "Action": "sns:Publish",
+    "Resource": "*",
+}
+
+
+def test_a_service_principal_grant_without_a_source_condition_fails_naming_it_and_the_fix() -> None:
+    (message,) = _one(_topic_policy(PUBLISH))
+    assert "AWS::SNS::TopicPolicy statement CloudWatchAlarmsPublish" in message
+    assert "service principal cloudwatch.amazonaws.com (sns:Publish)" in message
+    assert "add StringEquals aws:SourceAccount and ArnLike aws:SourceArn" in message
+    findings = check_template("t.json", {"Resources": {"AlarmTopicPolicy": _topic_policy(PUBLISH)}})
+    assert [f.where for f in findings] == ["t.json:AlarmTopicPolicy"]
+    key = {
+        "Type": "AWS::KMS::Key",
+        "Properties": {
+            "EnableKeyRotation": True,
+            "KeyPolicy": {
+                "Statement": [{**PUBLISH, "Sid": "Other", "Principal": {"Service": ["events.amazonaws.com"]}}]
+            },
+        },
+    }
+    assert "AWS::KMS::Key statement Other allows service principal events.amazonaws.com" in _one(key)[0]
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        {"StringEquals": {"aws:SourceAccount": "111122223333"}},
+        {"ArnLike": {"AWS:SourceArn": "arn:aws:cloudwatch:us-east-1:111122223333:alarm:ml-prod-*"}},
+        {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": "arn:aws:logs:us-east-1:111122223333:log-group:g"}},
+    ],
+)
+def test_a_source_condition_passes(condition: dict[str, Any]) -> None:
+    assert _one(_topic_policy({**PUBLISH, "Condition": condition})) == []
+
+
+def test_an_unrelated_condition_or_an_account_principal_is_judged_as_it_is() -> None:
+    other = {"StringEquals": {"aws:SecureTransport": "true"}}
+    assert len(_one(_topic_policy({**PUBLISH, "Condition": other}))) == 1
+    assert _one(_topic_policy({**PUBLISH, "Principal": {"AWS": "arn:aws:iam::111122223333:root"}})) == []
+    assert _one(_topic_policy({**PUBLISH, "Effect": "Deny"})) == []
+
+
+def test_only_the_acknowledged_key_grant_passes_and_its_sid_is_the_one_infra_writes() -> None:
+    from infra.monitoring import KEY_GRANT_SID
+
+    grant = {**PUBLISH, "Sid": KEY_GRANT_SID, "Action": ["kms:GenerateDataKey*", "kms:Decrypt"]}
+
+    def key(statement: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "Type": "AWS::KMS::Key",
+            "Properties": {"EnableKeyRotation": True, "KeyPolicy": {"Statement": [statement]}},
+        }
+
+    assert _one(key(grant)) == []
+    # The same statement with one action more, or on a topic, is not the acknowledged one.
+    wider = {**grant, "Action": ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*"]}
+    assert len(_one(key(wider))) == 1
+    assert len(_one(_topic_policy(grant))) == 1

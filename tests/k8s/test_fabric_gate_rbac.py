@@ -87,16 +87,16 @@ def test_the_controller_holds_what_it_uses_and_cannot_delete_own_or_finalize_a_n
     by_namespace = {r["metadata"]["namespace"]: rules(r) for r in roles if r["kind"] == "Role"}
     assert by_namespace.pop("default") == {("", "events", "create", ())}
     assert set(by_namespace) == NAMESPACES
-    for grants in by_namespace.values():
-        assert grants == {
-            ("", "pods", "get", ()),
-            ("batch", "jobs", "get", ()),
-            ("ray.io", "rayclusters", "get", ()),
-            ("ray.io", "rayjobs", "get", ()),
-            ("kueue.x-k8s.io", "workloads", "list", ()),
-            ("", "events", "create", ()),
-            ("", "events", "list", ()),
-        }
+    common = {
+        ("", "pods", "get", ()),
+        ("kueue.x-k8s.io", "workloads", "list", ()),
+        ("", "events", "create", ()),
+        ("", "events", "list", ()),
+    }
+    # Each namespace's gated pods' owners, and only those: the NVRx Job in training; a RayJob's RayCluster and the
+    # RayJob in ray (no RayJob lives in training, no gated batch Job in ray).
+    assert by_namespace["training"] == common | {("batch", "jobs", "get", ())}
+    assert by_namespace["ray"] == common | {("ray.io", "rayclusters", "get", ()), ("ray.io", "rayjobs", "get", ())}
     # No delete, update or escalation anywhere; a node's owners and finalizers are the policy's (below).
     verbs = {verb for role in roles for (_, _, verb, _) in rules(role)}
     assert verbs == {"get", "list", "patch", "create"}
