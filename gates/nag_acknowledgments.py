@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.spec import ENVIRONMENTS
+from infra.spec.metrics import agent_log_groups
 
 IAM4 = "AwsSolutions::AwsSolutions-IAM4"
 IAM5 = "AwsSolutions::AwsSolutions-IAM5"
@@ -144,6 +145,35 @@ _IMAGE_BUILD_ACKS: tuple[Acknowledgment, ...] = (
     ),
 )
 
+# The amazon-cloudwatch-observability add-on's agent role (infra/addons/observability.py agent_policy): no managed
+# policy; log writes on its own groups only, EC2 describes for node metadata.
+CLOUDWATCH_AGENT_ROLE = "AddOns/CloudWatchObservability/AgentRole"
+_CLOUDWATCH_AGENT_ACKS: tuple[Acknowledgment, ...] = (
+    Acknowledgment(
+        path=CLOUDWATCH_AGENT_ROLE,
+        rule=f"{IAM5}[Resource::*]",
+        reason=(
+            "ec2:DescribeTags and ec2:DescribeVolumes only (the Container Insights receiver's node tags and EBS volume "
+            "ids); neither supports resource-level permissions (Service Authorization Reference, Amazon EC2). The "
+            "role's log writes are on its own log groups and it has no cloudwatch:PutMetricData."
+        ),
+    ),
+    *(
+        Acknowledgment(
+            path=CLOUDWATCH_AGENT_ROLE,
+            rule=f"{IAM5}[Resource::arn:aws:logs:{env.region}:<AWS::AccountId>:log-group:{group}:*]",
+            reason=(
+                f"The log streams of {group}, one of the agent's and Fluent Bit's own log groups: CreateLogStream and "
+                "PutLogEvents on streams named per node or by the EMF sender. The role writes no other log group (not "
+                "the control-plane group), which is what stops an EMF line from naming a foreign one."
+            ),
+        )
+        for env in ENVIRONMENTS.values()
+        if env.add_ons.observability
+        for group in agent_log_groups(env.cluster.name)
+    ),
+)
+
 ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
     Acknowledgment(
         path="Eks/Cluster/Role",
@@ -206,15 +236,7 @@ ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
             "aws-cdk-lib writes it with Resource '*' because one handler serves every LogRetention of the stack."
         ),
     ),
-    Acknowledgment(
-        path="AddOns/CloudWatchObservability/AgentRole",
-        rule=_managed("CloudWatchAgentServerPolicy"),
-        reason=(
-            "The amazon-cloudwatch-observability add-on's agent role carries the policy the CloudWatch user guide "
-            "prescribes for it (Container-Insights-setup-EKS-addon, EKS Pod Identity); AWS keeps it in step with "
-            "what the agent calls (PutMetricData, its log groups, EC2 describe for node metadata)."
-        ),
-    ),
+    *_CLOUDWATCH_AGENT_ACKS,
     Acknowledgment(
         path="CheckpointStorage/ControllerRole/DefaultPolicy",
         rule=f"{IAM5}[Resource::*]",

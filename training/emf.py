@@ -60,6 +60,8 @@ FABRIC_GATE_DIMENSIONS = RESTART_DIMENSIONS
 
 # Set on the pods by the workload charts; the fallbacks keep CPU runs and tests working.
 AGENT_ENDPOINT_ENV = "AWS_EMF_AGENT_ENDPOINT"
+# Unset on the platform's pods: the agent then writes to its default group, the only EMF group its role may write
+# (infra/spec/metrics.py EMF_LOG_GROUP); a line naming another group is refused.
 LOG_GROUP_ENV = "AWS_EMF_LOG_GROUP_NAME"
 JOB_NAME_ENV = "PLATFORM_JOB_NAME"
 INSTANCE_TYPE_ENV = "PLATFORM_INSTANCE_TYPE"

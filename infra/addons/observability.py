@@ -8,10 +8,11 @@ CloudWatch Observability EKS add-on or the Helm chart" and the add-on's Helm cha
 configuration values:
 
 - Permissions through EKS Pod Identity (add-on >= v3.1.0): a role trusted by pods.eks.amazonaws.com,
-  associated with the `cloudwatch-agent` service account in `amazon-cloudwatch`, carrying the AWS managed
-  CloudWatchAgentServerPolicy the guide prescribes (PutMetricData, the agent's log groups, EC2 describe
-  calls for the node metadata); the association exists before the add-on, so the agent never starts
-  without credentials.
+  associated with the `cloudwatch-agent` service account in `amazon-cloudwatch` (the agent's and, through the
+  chart's fluent-bit-daemonset.yaml serviceAccountName, Fluent Bit's; never the node role), carrying
+  `agent_policy` below instead of the AWS managed CloudWatchAgentServerPolicy the guide prescribes (that one
+  grants log writes and retention on every log group and PutMetricData to any namespace); the association
+  exists before the add-on, so the agent never starts without credentials.
 - `tolerations`: the chart's root default (`- operator: Exists`) is written out as the GPU taint's
   toleration, so the agent, Fluent Bit and the DCGM exporter run on the tainted GPU nodes (and on the
   untainted system nodes); `--configuration-values` replaces the whole configuration, so nothing here
@@ -27,18 +28,80 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from infra.spec.metrics import EMF_AGENT_NAMESPACE, EMF_AGENT_SERVICE
+from infra.cluster import control_plane_log_group_name
+from infra.spec.metrics import EMF_AGENT_NAMESPACE, EMF_AGENT_SERVICE, agent_log_groups
 from infra.spec.scheduling import gpu_toleration
 from infra.spec.versions import MANAGED_ADDONS
 
 ADDON = "amazon-cloudwatch-observability"
 NAMESPACE = EMF_AGENT_NAMESPACE
 SERVICE_ACCOUNT = EMF_AGENT_SERVICE
-AGENT_POLICY = "CloudWatchAgentServerPolicy"
+
+# What the agent role may do, and why nothing more. Add-on v6.2.0 is aws-observability/helm-charts tag
+# amazon-cloudwatch-observability-6.2.0 (agent image 1.300069.0b1529, aws-for-fluent-bit 3.4.0); agent paths below are
+# aws/amazon-cloudwatch-agent at tag v1.300069.0, whose go.mod replaces the OTel exporters with the fork
+# amazon-contributing/opentelemetry-collector-contrib.
+#
+# Log groups (infra/spec/metrics.py agent_log_groups): the agent writes Container Insights' EMF to
+# /aws/containerinsights/<cluster>/performance and the EMF listener's lines to EMF_LOG_GROUP; Fluent Bit, which runs
+# as the same service account (templates/linux/fluent-bit-daemonset.yaml), writes .../application, .../dataplane and
+# .../host. Where an EMF line lands is the sender's choice, not the agent's: its emf_logs exporter runs with raw_log
+# and a fixed fallback group (translator/translate/otel/exporter/awscloudwatchlogs/translator.go setEmfFields:
+# RawLog, EmfOnly, LogGroupName = "emf/logs/default", no setting to change or enforce it), and with raw_log the
+# exporter takes `_aws.LogGroupName` / `_aws.LogStreamName` (or `log_group_name` / `log_stream_name`) from the line
+# itself, using the configured group only when the line names none (exporter/awscloudwatchlogsexporter/exporter.go
+# logToCWLog in the fork, read at 3a9a8a0b; the CloudWatch user guide "Using the CloudWatch agent to send embedded
+# metric format logs" documents LogGroupName in the payload). So this policy is the control: the role writes these
+# five groups only; a line naming any other group (the control-plane group /aws/eks/<cluster>/cluster among them)
+# is refused by CloudWatch Logs. The one wildcard left is `:*`, the log streams inside each of its own groups.
+#
+# Log actions: CreateLogStream, CreateLogGroup when that fails with ResourceNotFound, PutLogEvents (the fork's
+# internal/aws/cwlogs/cwlog_client.go CreateStream and PutLogEvents; fluent-bit plugins/out_cloudwatch_logs
+# cloudwatch_api.c the same three). PutRetentionPolicy is called only for a configured retention and none is (no
+# log_retention in the agent's translated exporters, no log_retention_days in the chart's Fluent Bit outputs);
+# neither calls DescribeLogStreams or DescribeLogGroups.
+#
+# Metrics: no cloudwatch:PutMetricData. The translated configuration's only exporters are awsemf/containerinsights
+# and awscloudwatchlogs/emf_logs (translator/tocwconfig/sampleConfig/emf_and_kubernetes_with_gpu_config.yaml), both
+# PutLogEvents; CloudWatch extracts the ContainerInsights and MLPlatform/Training metrics from those log events. A
+# PutMetricData grant, even one narrowed by a cloudwatch:namespace condition (its only narrowing: the action has no
+# resource-level permissions, Service Authorization Reference "Actions, resources, and condition keys for Amazon
+# CloudWatch"; CloudWatch user guide iam-cw-condition-keys-namespace.html), would be a permission nothing uses.
+#
+# EC2: DescribeTags (Auto Scaling group and cluster tags of the node) and DescribeVolumes (EBS volume ids of its
+# devices), the fork's receiver/awscontainerinsightreceiver/internal/host/ec2tags.go and ebsvolume.go; neither has
+# resource-level permissions (Service Authorization Reference, Amazon EC2), so Resource is "*". The managed policy's
+# xray:* (traces) and ssm:GetParameter on AmazonCloudWatch-* (an SSM-stored agent configuration) serve nothing here.
+LOG_WRITE_ACTIONS = ("logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents")
+EC2_READ_ACTIONS = ("ec2:DescribeTags", "ec2:DescribeVolumes")
+
+
+def agent_policy(scope: Construct, cluster_name: str) -> iam.PolicyDocument:
+    """The agent role's only policy: log writes on its own groups (and their streams), EC2 describes for metadata."""
+    stack = Stack.of(scope)
+    assert control_plane_log_group_name(cluster_name) not in agent_log_groups(cluster_name)
+    group_arns = [
+        stack.format_arn(
+            service="logs", resource="log-group", resource_name=group, arn_format=ArnFormat.COLON_RESOURCE_NAME
+        )
+        for group in agent_log_groups(cluster_name)
+    ]
+    return iam.PolicyDocument(
+        statements=[
+            iam.PolicyStatement(
+                sid="OwnLogGroups",
+                actions=list(LOG_WRITE_ACTIONS),
+                # The group itself (CreateLogGroup, CreateLogStream) and its streams (PutLogEvents).
+                resources=[arn for group_arn in group_arns for arn in (group_arn, f"{group_arn}:*")],
+            ),
+            iam.PolicyStatement(sid="NodeMetadata", actions=list(EC2_READ_ACTIONS), resources=["*"]),
+        ]
+    )
 
 
 def configuration(cluster_name: str) -> dict[str, Any]:
@@ -81,7 +144,7 @@ class CloudWatchObservability(Construct):
             "AgentRole",
             assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
             description="CloudWatch agent of the amazon-cloudwatch-observability add-on (EKS Pod Identity)",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(AGENT_POLICY)],
+            inline_policies={"Agent": agent_policy(self, cluster_name)},
         )
         self.pod_identity = eks.CfnPodIdentityAssociation(
             self,

@@ -44,6 +44,23 @@ EMF_AGENT_SERVICE = "cloudwatch-agent"
 EMF_AGENT_NAMESPACE = "amazon-cloudwatch"
 EMF_PORT = 25888
 EMF_AGENT_ENDPOINT = f"tcp://{EMF_AGENT_SERVICE}.{EMF_AGENT_NAMESPACE}:{EMF_PORT}"
+# The log group the agent writes an EMF line to when the line names none (training/emf.py names none unless
+# AWS_EMF_LOG_GROUP_NAME is set, and no chart sets it): amazon-cloudwatch-agent v1.300069.0 (the image of add-on
+# v6.2.0) translator/translate/otel/exporter/awscloudwatchlogs/translator.go defaultLogGroupName. The agent has no
+# setting that fixes it: a line's own `_aws.LogGroupName` (or `log_group_name`) wins (infra/addons/observability.py),
+# so the agent role may write this group and Container Insights' and nothing else.
+EMF_LOG_GROUP = "emf/logs/default"
+# Container Insights' log groups, /aws/containerinsights/<cluster>/<kind>: `performance` the agent's (v1.300069.0
+# translator/translate/otel/exporter/awsemf/awsemf_default_kubernetes.yaml), the others Fluent Bit's (helm-charts tag
+# amazon-cloudwatch-observability-6.2.0 values.yaml containerLogs.fluentBit.config, cloudwatch_logs log_group_name).
+CONTAINER_INSIGHTS_LOG_GROUPS = ("performance", "application", "dataplane", "host")
+
+
+def agent_log_groups(cluster_name: str) -> tuple[str, ...]:
+    """Every log group the observability add-on's pods write (the agent role's only log groups)."""
+    return (*(f"/aws/containerinsights/{cluster_name}/{kind}" for kind in CONTAINER_INSIGHTS_LOG_GROUPS), EMF_LOG_GROUP)
+
+
 SOURCE = "docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-metrics-enhanced-EKS.html"
 
 
@@ -88,6 +105,8 @@ JOB_FABRIC_GATE_FAILED = MetricSchema(
 
 __all__ = [
     "CONTAINER_INSIGHTS",
+    "CONTAINER_INSIGHTS_LOG_GROUPS",
+    "EMF_LOG_GROUP",
     "INSTANCE_TYPE",
     "JOB_FABRIC_GATE_FAILED",
     "JOB_NAME",
@@ -102,4 +121,5 @@ __all__ = [
     "NODE_GPU_UTILIZATION",
     "SOURCE",
     "MetricSchema",
+    "agent_log_groups",
 ]

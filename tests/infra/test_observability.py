@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from infra.addons.observability import ADDON, NAMESPACE, SERVICE_ACCOUNT
+from infra.addons.observability import ADDON, NAMESPACE, SERVICE_ACCOUNT, CloudWatchObservability
+from infra.cluster import control_plane_log_group_name
 from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError
 from infra.spec.alarms import (
     Comparison,
@@ -21,11 +23,13 @@ from infra.spec.alarms import (
     per_job_states,
 )
 from infra.spec.baselines import BASELINES
-from infra.spec.metrics import EMF_PORT
+from infra.spec.metrics import CONTAINER_INSIGHTS, EMF_LOG_GROUP, EMF_PORT
 from infra.spec.operating import OPERATING
 from infra.spec.scheduling import GPU_TAINT_KEY
 from infra.spec.versions import MANAGED_ADDONS
+from tests.conftest import cdk_json_context
 from tests.helpers import of_type
+from training.emf import NAMESPACE as TRAINING_NAMESPACE
 from training.fabric_verdict import release_command
 
 SERIES = Path(__file__).parent / "fixtures" / "metric_series"
@@ -59,9 +63,195 @@ def test_addon_is_pinned_with_pod_identity_gpu_toleration_and_emf(
     role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     role = platform["Resources"][role_id]["Properties"]
     assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    assert json.dumps(role["ManagedPolicyArns"]).count("CloudWatchAgentServerPolicy") == 1
+    assert "ManagedPolicyArns" not in role, "the agent's own policy only (test_agent_role_* below)"
     addon_id = next(k for k, v in of_type(platform, "AWS::EKS::Addon").items() if v is addon)
     assert any("PodIdentity" in d for d in platform["Resources"][addon_id].get("DependsOn", []))
+
+
+# --- the agent role's policy: the construct synthesized alone (account and region concrete: ARNs are plain strings) --
+
+ACCOUNT = "111111111111"
+
+
+@pytest.fixture(scope="module")
+def agent_roles() -> dict[str, dict[str, Any]]:
+    """Environment -> the Properties of the agent's role, CloudWatchObservability synthesized in a stack of its own
+    for that environment's region and cluster name."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_eks_v2 as eks
+    from aws_cdk.assertions import Template
+
+    app = cdk.App(context=cdk_json_context())
+    stacks = {}
+    for name, environment in ENVIRONMENTS.items():
+        stack = cdk.Stack(app, f"Probe-{name}", env=cdk.Environment(account=ACCOUNT, region=environment.region))
+        cluster_name = environment.cluster.name
+        cluster = eks.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name=cluster_name)
+        CloudWatchObservability(
+            stack,
+            "CloudWatchObservability",
+            cluster=cluster,
+            cluster_name=cluster_name,
+            cluster_name_token=cluster_name,
+            after=[],
+        )
+        stacks[name] = stack
+    roles: dict[str, dict[str, Any]] = {}
+    for name, stack in stacks.items():  # every stack built before the first synth
+        template = dict(Template.from_stack(stack).to_json())
+        roles[name] = _only(list(of_type(template, "AWS::IAM::Role").values()))["Properties"]
+        assert not of_type(template, "AWS::IAM::Policy"), "every grant is in the role's own policy"
+    return roles
+
+
+# What an attached AWS managed policy grants, so the checks below see it: CloudWatchAgentServerPolicy's document (AWS
+# Managed Policy Reference, CloudWatchAgentServerPolicy); any other managed policy counts as everything on everything.
+MANAGED_STATEMENTS: dict[str, list[dict[str, Any]]] = {
+    "CloudWatchAgentServerPolicy": [
+        {
+            "Effect": "Allow",
+            "Action": [
+                "cloudwatch:PutMetricData",
+                "ec2:DescribeVolumes",
+                "ec2:DescribeTags",
+                "logs:PutLogEvents",
+                "logs:PutRetentionPolicy",
+                "logs:DescribeLogStreams",
+                "logs:DescribeLogGroups",
+                "logs:CreateLogStream",
+                "logs:CreateLogGroup",
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+                "xray:GetSamplingStatisticSummaries",
+            ],
+            "Resource": "*",
+        },
+        {"Effect": "Allow", "Action": ["ssm:GetParameter"], "Resource": "arn:aws:ssm:*:*:parameter/AmazonCloudWatch-*"},
+    ]
+}
+
+
+def _statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    inline = [s for policy in role.get("Policies", []) for s in policy["PolicyDocument"]["Statement"]]
+    managed = [
+        s
+        for arn in role.get("ManagedPolicyArns", [])
+        for s in MANAGED_STATEMENTS.get(
+            json.dumps(arn).rsplit("policy/", 1)[-1].split('"')[0],
+            [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+        )
+    ]
+    return inline + managed
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _iam_match(pattern: str, value: str, *, ignore_case: bool = False) -> bool:
+    """IAM's wildcard match (`*` any run of characters, `?` one); action names are case-insensitive, ARNs are not."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, flags=re.IGNORECASE if ignore_case else 0) is not None
+
+
+def _grants(statement: dict[str, Any], action: str) -> bool:
+    return statement["Effect"] == "Allow" and any(
+        _iam_match(a, action, ignore_case=True) for a in _listed(statement["Action"])
+    )
+
+
+def _allows(role: dict[str, Any], action: str, resource: str) -> bool:
+    return any(
+        _grants(s, action) and "Condition" not in s and any(_iam_match(r, resource) for r in _listed(s["Resource"]))
+        for s in _statements(role)
+    )
+
+
+def _log_group_arn(env_name: str, group: str) -> str:
+    return f"arn:aws:logs:{ENVIRONMENTS[env_name].region}:{ACCOUNT}:log-group:{group}"
+
+
+def _own_groups(env_name: str) -> set[str]:
+    cluster = ENVIRONMENTS[env_name].cluster.name
+    return {f"/aws/containerinsights/{cluster}/{k}" for k in ("performance", "application", "dataplane", "host")} | {
+        EMF_LOG_GROUP
+    }
+
+
+WRITES = ("logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:PutRetentionPolicy")
+
+
+def test_agent_role_has_no_managed_policy(agent_roles: dict[str, dict[str, Any]], env_name: str) -> None:
+    """CloudWatchAgentServerPolicy grants log writes and retention on every group and PutMetricData anywhere."""
+    role = agent_roles[env_name]
+    assert role.get("ManagedPolicyArns", []) == []
+    assert "CloudWatchAgentServerPolicy" not in json.dumps(role)
+
+
+def test_agent_role_writes_no_log_group_but_its_own(agent_roles: dict[str, dict[str, Any]], env_name: str) -> None:
+    """An EMF line names its own log group (_aws.LogGroupName) and the agent obeys it: the role is what stops a pod
+    from writing into the control-plane (audit) group or any other."""
+    role = agent_roles[env_name]
+    for statement in _statements(role):
+        if any(a.startswith("logs:") or a == "*" for a in _listed(statement["Action"])):
+            assert "*" not in _listed(statement["Resource"]), statement
+    control_plane = _log_group_arn(env_name, control_plane_log_group_name(ENVIRONMENTS[env_name].cluster.name))
+    foreign = (
+        control_plane,
+        f"{control_plane}:log-stream:kube-apiserver-audit-0123",
+        _log_group_arn(env_name, "/aws/containerinsights/other-cluster/performance"),
+        _log_group_arn(env_name, "/aws/lambda/anything"),
+        _log_group_arn(env_name, "emf/logs/other"),
+    )
+    for action in WRITES:
+        for arn in foreign:
+            assert not _allows(role, action, arn), f"{action} on {arn}"
+    for group in _own_groups(env_name):
+        arn = _log_group_arn(env_name, group)
+        assert _allows(role, "logs:CreateLogGroup", arn), group
+        assert _allows(role, "logs:CreateLogStream", arn), group
+        assert _allows(role, "logs:PutLogEvents", f"{arn}:log-stream:ip-10-0-0-1.ec2.internal"), group
+    assert not _allows(role, "logs:PutRetentionPolicy", _log_group_arn(env_name, EMF_LOG_GROUP)), "no caller"
+
+
+def test_agent_role_log_resources_are_exactly_its_groups_and_their_streams(
+    agent_roles: dict[str, dict[str, Any]], env_name: str
+) -> None:
+    role = agent_roles[env_name]
+    resources = {
+        r
+        for s in _statements(role)
+        if any(a.startswith("logs:") for a in _listed(s["Action"]))
+        for r in _listed(s["Resource"])
+    }
+    expected = {
+        arn for g in _own_groups(env_name) for arn in (_log_group_arn(env_name, g), f"{_log_group_arn(env_name, g)}:*")
+    }
+    assert resources == expected
+
+
+def test_agent_role_puts_metric_data_only_to_its_namespaces(
+    agent_roles: dict[str, dict[str, Any]], env_name: str
+) -> None:
+    """PutMetricData has no resource-level permissions: only a cloudwatch:namespace condition narrows it. The agent's
+    configuration makes no PutMetricData call (its metrics are EMF log events), so the role has none; one added later
+    must name the agent's namespaces and nothing else."""
+    role = agent_roles[env_name]
+    granting = [s for s in _statements(role) if _grants(s, "cloudwatch:PutMetricData")]
+    for statement in granting:
+        namespaces = statement.get("Condition", {}).get("StringEquals", {}).get("cloudwatch:namespace")
+        assert namespaces is not None, f"PutMetricData without a namespace condition: {statement}"
+        assert set(_listed(namespaces)) <= {CONTAINER_INSIGHTS, TRAINING_NAMESPACE}, statement
+    assert granting == []
+
+
+def test_agent_role_reads_only_the_ec2_metadata_it_uses(agent_roles: dict[str, dict[str, Any]], env_name: str) -> None:
+    role = agent_roles[env_name]
+    actions = {a for s in _statements(role) for a in _listed(s["Action"])}
+    assert {a for a in actions if not a.startswith("logs:")} == {"ec2:DescribeTags", "ec2:DescribeVolumes"}
+    assert not any("*" in a for a in actions), actions
 
 
 def test_topic_is_kms_encrypted_and_cloudwatch_may_use_the_key(
