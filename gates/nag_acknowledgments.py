@@ -25,8 +25,16 @@ class Acknowledgment:
 
 
 NODE_ROLE_REASON = (
-    "EKS managed node groups require this AWS managed policy on the node role "
-    "(EKS user guide, 'Amazon EKS node IAM role'); AWS keeps it current with the kubelet and CNI."
+    "The node role carries AWS managed policies for what the EKS user guide ('Amazon EKS node IAM role') says the "
+    "kubelet needs: EC2 describe calls and the Pod Identity agent's eks-auth:AssumeRoleForPodIdentity "
+    "(AmazonEKSWorkerNodePolicy), ECR image pulls (AmazonEC2ContainerRegistryReadOnly); AWS keeps them current. "
+    "The VPC CNI's policy is not on it (infra/nodegroups/node_role.py)."
+)
+VPC_CNI_REASON = (
+    "The VPC CNI's own role, reached only by kube-system/aws-node through the vpc-cni add-on's EKS Pod Identity "
+    "association (infra/cluster.py), carries AmazonEKS_CNI_Policy, the policy the EKS user guide prescribes for the "
+    "plugin on an IPv4 cluster ('Configure Amazon VPC CNI plugin to use IRSA'); AWS keeps it current with the ENI "
+    "and IP address calls the plugin makes."
 )
 KUBECTL_REASON = (
     "Role of the kubectl provider Lambda that aws-cdk-lib's aws_eks_v2 creates to apply manifests and Helm "
@@ -183,8 +191,9 @@ ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
     *(
         Acknowledgment(path=path, rule=_managed(policy), reason=NODE_ROLE_REASON)
         for path in ("SystemNodes/Nodegroup/NodeGroupRole", "GpuNodes-*/Nodegroup/NodeGroupRole")
-        for policy in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+        for policy in ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
     ),
+    Acknowledgment(path="Eks/VpcCniRole", rule=_managed("AmazonEKS_CNI_Policy"), reason=VPC_CNI_REASON),
     *(
         Acknowledgment(path=path, rule=_managed(f"service-role/{policy}"), reason=KUBECTL_REASON)
         for path in (

@@ -28,12 +28,47 @@ def _open_ingress(logical_id: str, res: dict[str, Any], template: dict[str, Any]
                 yield f"security group ingress open to {rule[key]} (port {rule.get('FromPort', 'all')})"
 
 
-def _imdsv2(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+def _metadata_options(res: dict[str, Any]) -> dict[str, Any] | None:
     if res["Type"] != "AWS::EC2::LaunchTemplate":
+        return None
+    options: dict[str, Any] = res.get("Properties", {}).get("LaunchTemplateData", {}).get("MetadataOptions", {})
+    return options
+
+
+def _shown(options: dict[str, Any], key: str) -> str:
+    return f"is {options[key]}" if key in options else "is not set"
+
+
+def _imdsv2(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    options = _metadata_options(res)
+    if options is not None and options.get("HttpTokens") != "required":
+        yield (
+            f"launch template does not require IMDSv2 (MetadataOptions.HttpTokens {_shown(options, 'HttpTokens')}): "
+            "set HttpTokens to required (infra/nodegroups/launch_template.py)"
+        )
+
+
+# IMDS answers an IMDSv2 token request with the hop limit as IP TTL, and a pod's own network namespace is one hop
+# more than the node's: above 1, every pod gets the node role's credentials (infra/nodegroups/launch_template.py).
+# Left out, the AMI decides, and AL2023 AMIs launch with 2. The gate's own number, not infra's: a change of the
+# code's constant still fails here.
+IMDS_HOP_LIMIT = 1
+
+
+def _imds_hop_limit(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    options = _metadata_options(res)
+    if options is None:
         return
-    options = res["Properties"].get("LaunchTemplateData", {}).get("MetadataOptions", {})
-    if options.get("HttpTokens") != "required":
-        yield "launch template does not require IMDSv2 (MetadataOptions.HttpTokens != required)"
+    value = options.get("HttpPutResponseHopLimit")
+    if str(value) == str(IMDS_HOP_LIMIT):
+        return
+    shown = _shown(options, "HttpPutResponseHopLimit")
+    left_out = " (AL2023 AMIs then launch with 2)" if value is None else ""
+    yield (
+        f"launch template lets pods reach IMDS and the node role's credentials: "
+        f"MetadataOptions.HttpPutResponseHopLimit {shown}{left_out}; set HttpPutResponseHopLimit to "
+        f"{IMDS_HOP_LIMIT} (infra/nodegroups/launch_template.py IMDS_HOP_LIMIT), host-network agents keep IMDS"
+    )
 
 
 def _kms_rotation(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
@@ -147,6 +182,7 @@ def _service_grant_without_source(logical_id: str, res: dict[str, Any], template
 RULES: tuple[Rule, ...] = (
     _open_ingress,
     _imdsv2,
+    _imds_hop_limit,
     _kms_rotation,
     _log_retention,
     _retained_fixed_name_log_group,

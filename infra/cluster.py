@@ -7,6 +7,7 @@ from typing import cast
 from aws_cdk import Aws, CrossStackReferences, ReferenceStrength, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
@@ -29,6 +30,31 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # Add-ons nodes need before they can turn Ready. coredns is the exception: its pods
 # need a node to run on, so it is created after the first node group instead.
 ADDONS_BEFORE_NODES = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+
+# The VPC CNI's AWS permissions on an identity of its own, not on the node role (infra/nodegroups/node_role.py):
+# an EKS Pod Identity association of the vpc-cni add-on for kube-system/aws-node, with a role that carries the AWS
+# managed policy for IPv4 clusters. Sources:
+# - EKS Best Practices, "Update the aws-node daemonset to use IRSA": the node role's AmazonEKS_CNI_Policy lets
+#   every pod on a node attach and detach ENIs and assign IP addresses; "The aws-node daemonset supports EKS Pod
+#   Identities in versions v1.15.5 and later" (pinned: infra/spec/versions.py).
+#   https://docs.aws.amazon.com/eks/latest/best-practices/identity-and-access-management.html
+# - EKS user guide, "IAM roles for Amazon EKS add-ons", Pod Identity Support Reference: Amazon VPC CNI, minimum
+#   v1.15.5-eksbuild.1. Associations made through the add-on are owned by it, and "If you update the pod identity
+#   associations for an existing add-on, Amazon EKS initiates a rolling restart of the add-on pods": aws-node
+#   restarts with its own credentials, which a standalone AWS::EKS::PodIdentityAssociation would not do.
+#   https://docs.aws.amazon.com/eks/latest/userguide/add-ons-iam.html
+# - EKS user guide, "Configure Amazon VPC CNI plugin to use IRSA": the plugin runs as service account aws-node,
+#   needs AmazonEKS_CNI_Policy on an IPv4 cluster, "also supports Amazon EKS Pod Identities", and the guide
+#   recommends a separate role over the node role. https://docs.aws.amazon.com/eks/latest/userguide/cni-iam-role.html
+# Order: vpc-cni waits for eks-pod-identity-agent, whose host-network DaemonSet hands aws-node its credentials
+# (EKS user guide, "EKS Pod Identity considerations": the agent "uses the hostNetwork of the node",
+# https://docs.aws.amazon.com/eks/latest/userguide/pod-identities.html), and node groups wait for both
+# (ADDONS_BEFORE_NODES); a node role is part of its node group's construct, so on an existing cluster it loses
+# AmazonEKS_CNI_Policy only after the vpc-cni update that gives aws-node its association.
+VPC_CNI_ADDON = "vpc-cni"
+VPC_CNI_SERVICE_ACCOUNT = "aws-node"  # in kube-system, the add-on's namespace
+VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
+POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 
 
 def kubectl_provider_function(cluster: eks.Cluster) -> IConstruct:
@@ -165,6 +191,21 @@ class EksCluster(Construct):
             )
             for name in CORE_ADDONS
         }
+        self.vpc_cni_role = iam.Role(
+            self,
+            "VpcCniRole",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            description="VPC CNI, kube-system/aws-node (EKS Pod Identity of the vpc-cni add-on): node ENIs and IPs",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY)],
+        )
+        vpc_cni = self.addons[VPC_CNI_ADDON]
+        # aws_eks_v2.Addon (2.275.0) has no podIdentityAssociations prop; its CfnAddon child has.
+        cast(eks.CfnAddon, vpc_cni.node.default_child).pod_identity_associations = [
+            eks.CfnAddon.PodIdentityAssociationProperty(
+                service_account=VPC_CNI_SERVICE_ACCOUNT, role_arn=self.vpc_cni_role.role_arn
+            )
+        ]
+        vpc_cni.node.add_dependency(self.addons[POD_IDENTITY_AGENT_ADDON])
 
     def order_before(self, nodegroup: eks.Nodegroup) -> None:
         """A node group waits for the add-ons its nodes need to turn Ready."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from gates.outputs import render_manifest
@@ -33,6 +34,23 @@ def nodegroup(template_json: dict[str, Any], suffix: str) -> tuple[str, dict[str
 def launch_template_of(template_json: dict[str, Any], nodegroup_props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     lt_id = nodegroup_props["LaunchTemplate"]["Id"]["Ref"]
     return lt_id, template_json["Resources"][lt_id]
+
+
+AWS_MANAGED_POLICY = re.compile(r":iam::aws:policy/([\w+=,.@/-]+)")
+
+
+def managed_policy_names(role_props: dict[str, Any]) -> set[str]:
+    """The AWS managed policies of an AWS::IAM::Role, by name, however the ARN is written (`arn:<partition>:iam::aws:
+    policy/<name>` as an Fn::Join over the partition, or inside an Fn::If)."""
+    return {
+        name for arn in role_props.get("ManagedPolicyArns", []) for name in AWS_MANAGED_POLICY.findall(json.dumps(arn))
+    }
+
+
+def node_role_of(template_json: dict[str, Any], nodegroup_props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(logical id, resource) of a node group's node role, which the group names by Fn::GetAtt <role>.Arn."""
+    role_id = nodegroup_props["NodeRole"]["Fn::GetAtt"][0]
+    return role_id, template_json["Resources"][role_id]
 
 
 def kubernetes_objects(template_json: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

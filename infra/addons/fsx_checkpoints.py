@@ -34,6 +34,30 @@ LUSTRE_PORTS = tuple(
 )
 
 
+def controller_configuration(region: str) -> dict[str, Any]:
+    """The add-on's configuration values: the controller is told its region.
+
+    Why (aws-fsx-csi-driver v1.9.0, the pinned add-on's driver, and its Helm chart 1.17.0, appVersion 1.9.0):
+    - The controller takes its region from AWS_REGION, else from IMDS, else from the Kubernetes API
+      (pkg/driver/controller.go newControllerService; pkg/cloud/metadata.go NewMetadataService), and the
+      Kubernetes-API answer for an EC2 node carries the instance id only, no region
+      (pkg/cloud/metadata_k8s.go metadataForEC2Node); its FSx client then has no region.
+    - The controller Deployment is not on the host network (charts/aws-fsx-csi-driver/templates/
+      controller-deployment.yaml sets no hostNetwork), so with the nodes' IMDS hop limit of 1
+      (infra/nodegroups/launch_template.py) IMDS does not answer it. The variables EKS Pod Identity adds to a
+      pod, as the EKS user guide lists them, are the two credential ones, no region
+      (https://docs.aws.amazon.com/eks/latest/userguide/pod-id-how-it-works.html).
+    - The chart's `controller.region` becomes the controller's AWS_REGION (controller-deployment.yaml;
+      values.yaml: "If not specified then the region will be looked up via the AWS EC2 metadata service"), and
+      the driver's docs/install.md ("EKS Auto Mode") sets it for nodes that block pods from IMDS.
+      https://github.com/kubernetes-sigs/aws-fsx-csi-driver/blob/master/docs/install.md
+    The node plugin needs no region: NodeGetInfo answers with CSI_NODE_NAME (pkg/driver/node.go).
+    Not checked here: that the add-on's configuration schema (`aws eks describe-addon-configuration --addon-name
+    aws-fsx-csi-driver --addon-version <pin>`) lists `controller.region`; EKS refuses a value it does not list.
+    """
+    return {"controller": {"region": region}}
+
+
 class FsxCheckpointStorage(Construct):
     def __init__(
         self,
@@ -139,7 +163,12 @@ class FsxCheckpointStorage(Construct):
             role_arn=self.controller_role.role_arn,
         )
         self.addon = eks.Addon(
-            self, "CsiDriver", cluster=icluster, addon_name=ADDON, addon_version=MANAGED_ADDONS[ADDON]
+            self,
+            "CsiDriver",
+            cluster=icluster,
+            addon_name=ADDON,
+            addon_version=MANAGED_ADDONS[ADDON],
+            configuration_values=controller_configuration(environment.region),
         )
         self.addon.node.add_dependency(self.pod_identity)
         for dependency in after:

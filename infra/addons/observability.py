@@ -22,6 +22,17 @@ configuration values:
   port 25888 TCP/UDP; the operator then adds `emf-tcp`/`emf-udp` to the `cloudwatch-agent` Service
   (amazon-cloudwatch-agent-operator internal/manifests/collector/ports.go). Training pods send their
   throughput lines there (training/emf.py, infra/spec/metrics.py EMF_AGENT_ENDPOINT).
+- IMDS at the nodes' hop limit of 1 (infra/nodegroups/launch_template.py): "The CloudWatch Agent relies on IMDS to
+  retrieve [region and instance ID], which it uses as metric dimensions"
+  (https://github.com/aws/amazon-cloudwatch-agent/pull/1139), and it runs on the host network, where the hop limit
+  does not reach it. Chart 6.2.0 (tag amazon-cloudwatch-observability-6.2.0) sets `agent.hostNetwork: true`
+  in values.yaml and writes it into the AmazonCloudWatchAgent's `spec.hostNetwork`
+  (templates/linux/cloudwatch-agent-custom-resource.yaml), which the operator copies into the DaemonSet
+  (aws/amazon-cloudwatch-agent-operator internal/manifests/collector/daemonset.go). The chart did so because
+  "This allows the agent pod to hit IMDS for clusters with a restricted hop limit" (aws-observability/helm-charts
+  PR #82, https://github.com/aws-observability/helm-charts/pull/82).
+  Fluent Bit runs on the host network as well (templates/linux/fluent-bit-daemonset.yaml). The configuration
+  below leaves `agent.hostNetwork` at that default.
 """
 
 from __future__ import annotations

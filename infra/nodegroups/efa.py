@@ -1,9 +1,9 @@
 """GPU managed node groups with EFA, laid out from the instance facts alone.
 
 Creates per group: an EFA security group (all traffic to and from itself), a launch
-template (EFA interfaces, IMDSv2, gp3 root, NVMe RAID0, placement, capacity), a cluster
-placement group unless the capacity brings its own placement, and the managed node group
-in exactly one private subnet.
+template (EFA interfaces, IMDSv2 with hop limit 1, gp3 root, NVMe RAID0, placement, capacity), a
+cluster placement group unless the capacity brings its own placement, and the managed node group
+in exactly one private subnet, its node role without the VPC CNI's policy (infra/nodegroups/node_role.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from infra.nodegroups.launch_template import IMDS_HOP_LIMIT
+from infra.nodegroups.node_role import keep_node_role_to_the_node
 from infra.spec import CapacityKind, ConfigError, GpuNodeGroupConfig
 from infra.spec.efa import InterfaceSlot, efa_layout
 from infra.spec.scheduling import GPU_TAINT_KEY, GPU_TAINT_VALUE, gpu_node_labels
@@ -160,6 +161,7 @@ class EfaNodeGroup(Construct):
                 id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
             ),
         )
+        self.node_role = keep_node_role_to_the_node(self.nodegroup)
 
 
 def _interface(slot: InterfaceSlot, groups: list[str]) -> ec2.CfnLaunchTemplate.NetworkInterfaceProperty:

@@ -7,6 +7,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from infra.nodegroups.launch_template import imdsv2_metadata, root_volume
+from infra.nodegroups.node_role import keep_node_role_to_the_node
 from infra.spec import SystemNodeGroupConfig
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 
@@ -51,3 +52,4 @@ class SystemNodeGroup(Construct):
                 version=self.launch_template.latest_version_number,
             ),
         )
+        self.node_role = keep_node_role_to_the_node(self.nodegroup)

@@ -34,9 +34,46 @@ def test_open_security_group_ingress_fails() -> None:
     assert _one(rule) == ["security group ingress open to ::/0 (port all)"]
 
 
-def test_launch_template_without_imdsv2_fails() -> None:
-    lt = {"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {"MetadataOptions": {}}}}
-    assert "does not require IMDSv2" in _one(lt)[0]
+def _launch_template(**options: object) -> dict[str, Any]:
+    return {"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {"MetadataOptions": options}}}
+
+
+@pytest.mark.parametrize(("tokens", "shown"), [(None, "is not set"), ("optional", "is optional")])
+def test_launch_template_without_imdsv2_fails(tokens: str | None, shown: str) -> None:
+    options: dict[str, object] = {"HttpPutResponseHopLimit": 1}
+    if tokens is not None:
+        options["HttpTokens"] = tokens
+    assert _one(_launch_template(**options)) == [
+        f"launch template does not require IMDSv2 (MetadataOptions.HttpTokens {shown}): "
+        "set HttpTokens to required (infra/nodegroups/launch_template.py)"
+    ]
+
+
+@pytest.mark.parametrize("hop_limit", [2, "2", 3, 64])
+def test_launch_template_letting_pods_reach_imds_fails(hop_limit: object) -> None:
+    findings = check_template(
+        "ml-prod-gpu-p5.template.json",
+        {"Resources": {"GpuLt": _launch_template(HttpTokens="required", HttpPutResponseHopLimit=hop_limit)}},
+    )
+    assert [(f.gate, f.where) for f in findings] == [("templates", "ml-prod-gpu-p5.template.json:GpuLt")]
+    message = findings[0].message
+    assert f"MetadataOptions.HttpPutResponseHopLimit is {hop_limit}" in message
+    assert "pods" in message
+    assert "node role" in message
+    assert "set HttpPutResponseHopLimit to 1" in message
+    assert "IMDS_HOP_LIMIT" in message
+
+
+def test_launch_template_without_a_hop_limit_fails() -> None:
+    # AL2023 AMIs launch with a hop limit of 2 when the launch template leaves it out (imds-support v2.0).
+    (message,) = _one(_launch_template(HttpTokens="required"))
+    assert "MetadataOptions.HttpPutResponseHopLimit is not set" in message
+    assert "set HttpPutResponseHopLimit to 1" in message
+
+
+def test_launch_template_with_hop_limit_1_and_imdsv2_passes() -> None:
+    assert _one(_launch_template(HttpTokens="required", HttpPutResponseHopLimit=1, HttpEndpoint="enabled")) == []
+    assert _one(_launch_template(HttpTokens="required", HttpPutResponseHopLimit="1")) == []
 
 
 def test_kms_key_without_rotation_fails() -> None:

@@ -329,6 +329,18 @@ def test_fsx_csi_driver_with_pod_identity(resources: dict[str, Any]) -> None:
     assert association_id in template["Resources"][addon_id]["DependsOn"]
 
 
+def test_fsx_csi_controller_is_told_its_region(resources: dict[str, Any], env_name: str) -> None:
+    """The controller is not on the host network: with the nodes' IMDS hop limit of 1 it cannot read its region
+    from IMDS, and its Kubernetes-API fallback yields none on EC2 (infra/addons/fsx_checkpoints.py)."""
+    (addon,) = [
+        a["Properties"]
+        for a in of_type(resources[env_name], "AWS::EKS::Addon").values()
+        if a["Properties"]["AddonName"] == "aws-fsx-csi-driver"
+    ]
+    config = json.loads(addon["ConfigurationValues"])  # a plain JSON string, no tokens
+    assert config == {"controller": {"region": ENVIRONMENTS[env_name].region}}
+
+
 @pytest.mark.parametrize("env_name", ["dev", "prod"])
 def test_checkpoint_claims_bind_the_fsx_volumes(resources: dict[str, Any], env_name: str) -> None:
     """A claim per workload namespace (`training` for NVRx, `ray` for Ray Train's storage_path: issue 17 #2), each

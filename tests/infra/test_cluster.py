@@ -15,7 +15,7 @@ from infra.spec.replacement_names import gpu_nodegroup_name, system_nodegroup_na
 from infra.spec.versions import CORE_ADDONS, KUBERNETES_VERSION, MANAGED_ADDONS
 from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context
-from tests.helpers import nodegroup, of_type, only
+from tests.helpers import managed_policy_names, node_role_of, nodegroup, of_type, only
 
 
 def _cluster(resources: dict[str, Any], env_name: str) -> dict[str, Any]:
@@ -160,6 +160,53 @@ def test_addon_ordering_around_the_system_nodes(resources: dict[str, Any], env_n
     for name in ADDONS_BEFORE_NODES:
         assert addon_ids[name] in system["DependsOn"], f"node group must wait for {name}"
     assert nodegroup_id in template["Resources"][addon_ids["coredns"]]["DependsOn"]
+
+
+def _addons(template: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    return {a["Properties"]["AddonName"]: (k, a) for k, a in of_type(template, "AWS::EKS::Addon").items()}
+
+
+def test_vpc_cni_permissions_are_on_aws_node_own_pod_identity(resources: dict[str, Any], env_name: str) -> None:
+    """AmazonEKS_CNI_Policy sits on a role only kube-system/aws-node gets (EKS Pod Identity, owned by the vpc-cni
+    add-on), on no node role: a pod that reached the node role would not get the CNI's ENI and IP calls."""
+    template = resources[env_name]
+    addons = _addons(template)
+    _, cni = addons["vpc-cni"]
+    (association,) = cni["Properties"]["PodIdentityAssociations"]
+    assert association["ServiceAccount"] == "aws-node"
+    role_id = association["RoleArn"]["Fn::GetAtt"][0]
+    role = template["Resources"][role_id]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert managed_policy_names(role) == {"AmazonEKS_CNI_Policy"}
+    assert not [
+        p for p in of_type(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]
+    ]
+    carriers = {
+        k
+        for k, r in of_type(template, "AWS::IAM::Role").items()
+        if "AmazonEKS_CNI_Policy" in managed_policy_names(r["Properties"])
+    }
+    assert carriers == {role_id}
+    # The add-on owns the association (no separate one for aws-node): EKS restarts aws-node when it changes.
+    assert not [
+        a
+        for a in of_type(template, "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == "aws-node"
+    ]
+
+
+def test_aws_node_gets_its_identity_before_the_nodes_lose_theirs(resources: dict[str, Any], env_name: str) -> None:
+    """The Pod Identity agent hands aws-node its credentials, so vpc-cni waits for it; the system node role (which
+    loses AmazonEKS_CNI_Policy on an existing cluster) waits for vpc-cni, whose association update restarts aws-node
+    with its own credentials first. GPU stacks follow Platform as a whole (test_efa_nodegroups)."""
+    template = resources[env_name]
+    addons = _addons(template)
+    cni_id, cni = addons["vpc-cni"]
+    assert addons["eks-pod-identity-agent"][0] in cni["DependsOn"]
+    role_id, role = node_role_of(template, nodegroup(template, "system")[1]["Properties"])
+    assert cni_id in role["DependsOn"], role_id
 
 
 def test_kubectl_handler_runs_in_the_private_subnets_with_matching_layer(

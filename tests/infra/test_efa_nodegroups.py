@@ -24,7 +24,7 @@ from infra.spec import (
 from infra.spec.baselines import baselines_for
 from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context, merged
-from tests.helpers import launch_template_of, nodegroup, of_type, resolve
+from tests.helpers import launch_template_of, managed_policy_names, node_role_of, nodegroup, of_type, resolve
 
 # Desired 0: On-Demand GPU groups launch nothing at deploy (issue 13). Max 3: the default gang of 2 and its spare.
 IDLE = Scaling(min_size=0, desired_size=0, max_size=3)
@@ -277,13 +277,26 @@ def test_imds_and_root_volume(resources: dict[str, Any], env_name: str) -> None:
         _, data = _group(resources[env_name], group.name)
         assert data["MetadataOptions"] == {
             "HttpEndpoint": "enabled",
-            "HttpPutResponseHopLimit": 2,
+            "HttpPutResponseHopLimit": 1,
             "HttpTokens": "required",
         }
         ebs = data["BlockDeviceMappings"][0]["Ebs"]
         assert ebs["VolumeType"] == "gp3"
         assert ebs["VolumeSize"] >= 200
         assert ebs["Encrypted"] is True
+
+
+@pytest.mark.parametrize("fixture", ["every_type", "reserved"])
+def test_gpu_node_roles_leave_the_vpc_cni_permissions_to_aws_node(request: pytest.FixtureRequest, fixture: str) -> None:
+    template: dict[str, Any] = request.getfixturevalue(fixture)
+    groups = of_type(template, "AWS::EKS::Nodegroup")
+    assert len(groups) == (len(EXPECTED_LAYOUTS) if fixture == "every_type" else 4) + 1  # + the system group
+    for ng in groups.values():
+        role_id, role = node_role_of(template, ng["Properties"])
+        assert managed_policy_names(role["Properties"]) == {
+            "AmazonEKSWorkerNodePolicy",
+            "AmazonEC2ContainerRegistryReadOnly",
+        }, role_id
 
 
 def test_nvme_raid0_nodeconfig_in_user_data(resources: dict[str, Any], env_name: str) -> None:

@@ -55,6 +55,8 @@ def test_addon_is_pinned_with_pod_identity_gpu_toleration_and_emf(
     assert collected["kubernetes"]["enhanced_container_insights"] is True
     assert collected["kubernetes"]["accelerated_compute_metrics"] is True
     assert collected["emf"] == {}, f"the agent listens for EMF on {EMF_PORT} only with an emf section"
+    # The agent keeps the chart's hostNetwork: true, its way to IMDS at the nodes' hop limit of 1.
+    assert "hostNetwork" not in config["agent"]
     association = _only(list(of_type(platform, "AWS::EKS::PodIdentityAssociation").values()))
     assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == (
         NAMESPACE,

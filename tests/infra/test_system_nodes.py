@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.spec import ENVIRONMENTS
-from tests.helpers import launch_template_of, nodegroup, of_type
+from tests.helpers import launch_template_of, managed_policy_names, node_role_of, nodegroup, of_type
 
 
 def _nodegroup(resources: dict[str, Any], env_name: str) -> dict[str, Any]:
@@ -46,13 +46,15 @@ def test_private_subnets_in_every_zone(resources: dict[str, Any], env_name: str)
     assert {s["Ref"] for s in _nodegroup(resources, env_name)["Subnets"]} == private
 
 
-def test_launch_template_requires_imdsv2_with_hop_limit_2(resources: dict[str, Any], env_name: str) -> None:
+def test_launch_template_requires_imdsv2_with_hop_limit_1(resources: dict[str, Any], env_name: str) -> None:
+    # Hop limit 1: IMDSv2 answers stop at the node, so a pod outside the host network gets no token and no
+    # node-role credentials; host-network agents (aws-node, the Pod Identity agent) still get theirs.
     lt_id, lt = launch_template_of(resources[env_name], _nodegroup(resources, env_name))
     assert _nodegroup(resources, env_name)["LaunchTemplate"]["Id"] == {"Ref": lt_id}
     data = lt["Properties"]["LaunchTemplateData"]
     assert data["MetadataOptions"] == {
         "HttpEndpoint": "enabled",
-        "HttpPutResponseHopLimit": 2,
+        "HttpPutResponseHopLimit": 1,
         "HttpTokens": "required",
     }
     # Managed node groups refuse these in their launch template.
@@ -72,3 +74,18 @@ def test_root_volume_encrypted_gp3(resources: dict[str, Any], env_name: str) -> 
             },
         }
     ]
+
+
+def test_node_role_leaves_the_vpc_cni_permissions_to_aws_node(resources: dict[str, Any], env_name: str) -> None:
+    # The VPC CNI's AmazonEKS_CNI_Policy is on aws-node's own Pod Identity role (tests/infra/test_cluster.py).
+    _, role = node_role_of(resources[env_name], _nodegroup(resources, env_name))
+    assert managed_policy_names(role["Properties"]) == {
+        "AmazonEKSWorkerNodePolicy",
+        "AmazonEC2ContainerRegistryReadOnly",
+    }
+    inline = [
+        p
+        for p in of_type(resources[env_name], "AWS::IAM::Policy").values()
+        if {"Ref": _nodegroup(resources, env_name)["NodeRole"]["Fn::GetAtt"][0]} in p["Properties"]["Roles"]
+    ]
+    assert inline == []
