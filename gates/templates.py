@@ -179,6 +179,108 @@ def _service_grant_without_source(logical_id: str, res: dict[str, Any], template
             )
 
 
+# Who can take a role's credentials from inside a pod: EKS Pod Identity and IRSA roles, by design; a node role, from
+# any pod with the host's network (and from every pod were the IMDS hop limit above 1).
+POD_REACHABLE_SERVICES = {"pods.eks.amazonaws.com", "ec2.amazonaws.com"}
+WEB_IDENTITY = "sts:AssumeRoleWithWebIdentity"
+READ_VERBS = ("Describe", "Get", "List", "BatchGet", "BatchCheck")
+# The AWS managed policies our roles attach, and what each lets its holder change on every resource ("*"), from their
+# published documents (AWS Managed Policy Reference Guide): AmazonEKS_CNI_Policy v5 (its CreateTags is limited to
+# network interfaces), AmazonEKSWorkerNodePolicy v3 (EC2/EKS reads, and eks-auth:AssumeRoleForPodIdentity, which
+# trades a pod's service-account token for that pod's own role), AmazonEC2ContainerRegistryReadOnly (ECR reads).
+MANAGED_POLICY_WRITES: dict[str, tuple[str, ...]] = {
+    "AmazonEKS_CNI_Policy": (
+        "ec2:AssignPrivateIpAddresses",
+        "ec2:AttachNetworkInterface",
+        "ec2:CreateNetworkInterface",
+        "ec2:DeleteNetworkInterface",
+        "ec2:DetachNetworkInterface",
+        "ec2:ModifyNetworkInterfaceAttribute",
+        "ec2:UnassignPrivateIpAddresses",
+    ),
+    "AmazonEKSWorkerNodePolicy": (),
+    "AmazonEC2ContainerRegistryReadOnly": (),
+}
+# (principal, managed policy) -> why that holder may write on every resource. Keep each reason true.
+POD_ROLE_WRITES_ACKNOWLEDGED: dict[tuple[str, str], str] = {
+    ("pods.eks.amazonaws.com", "AmazonEKS_CNI_Policy"): (
+        "the VPC CNI's own Pod Identity role (infra/cluster.py Eks/VpcCniRole, kube-system/aws-node only): it creates, "
+        "attaches and assigns addresses on the ENIs of every node it runs on, which the EKS User Guide "
+        "(cni-iam-role.html) grants with this managed policy; no node role and no workload pod holds it"
+    ),
+}
+
+
+def _trusted_by_pods(role: dict[str, Any]) -> list[str]:
+    document = role.get("Properties", {}).get("AssumeRolePolicyDocument", {})
+    found = []
+    for statement in _listed(document.get("Statement", [])):
+        if statement.get("Effect", "Allow") != "Allow":
+            continue
+        principal = statement.get("Principal") or {}
+        services = _listed(principal.get("Service", [])) if isinstance(principal, dict) else []
+        found += [str(s) for s in services if s in POD_REACHABLE_SERVICES]
+        if WEB_IDENTITY in _listed(statement.get("Action", [])):
+            found.append("IRSA (web identity)")
+    return found
+
+
+def _managed_name(arn: Any) -> str | None:
+    if isinstance(arn, dict) and "Fn::Join" in arn:
+        arn = "".join(part for part in arn["Fn::Join"][1] if isinstance(part, str))
+    if isinstance(arn, str) and ":iam::aws:policy/" in arn:
+        return arn.rsplit("/", 1)[1]
+    return None
+
+
+def _writes_anywhere(statement: dict[str, Any]) -> list[str]:
+    if statement.get("Effect", "Allow") != "Allow":
+        return []
+    if "NotResource" not in statement and "*" not in _listed(statement.get("Resource", [])):
+        return []
+    if "NotAction" in statement:
+        return [f"NotAction {_listed(statement['NotAction'])}"]
+    actions = [str(a) for a in _listed(statement.get("Action", []))]
+    return [a for a in actions if a == "*" or not a.split(":", 1)[-1].startswith(READ_VERBS)]
+
+
+def _pod_reachable_writes_anywhere(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    """A role a pod can take (Pod Identity, IRSA, a node role) that may change every resource of a kind."""
+    if res["Type"] != "AWS::IAM::Role":
+        return
+    holders = _trusted_by_pods(res)
+    if not holders:
+        return
+    fix = "scope it to what its holder owns, or acknowledge it in POD_ROLE_WRITES_ACKNOWLEDGED (gates/templates.py)"
+    statements = [
+        s for p in res.get("Properties", {}).get("Policies", []) for s in _listed(p["PolicyDocument"]["Statement"])
+    ]
+    for other in template.get("Resources", {}).values():
+        props = other.get("Properties", {})
+        if other["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy") and {"Ref": logical_id} in props.get(
+            "Roles", []
+        ):
+            statements += _listed(props["PolicyDocument"]["Statement"])
+    writes = sorted({w for statement in statements for w in _writes_anywhere(statement)})
+    if writes:
+        yield f"role taken by {', '.join(holders)} may {', '.join(writes)} on every resource: {fix}"
+    for arn in res.get("Properties", {}).get("ManagedPolicyArns", []):
+        name = _managed_name(arn)
+        if name not in MANAGED_POLICY_WRITES:
+            yield (
+                f"role taken by {', '.join(holders)} attaches managed policy {name or arn}, whose writes the gate does "
+                "not know: add what it may change on every resource, from its published document, to "
+                "gates/templates.py MANAGED_POLICY_WRITES"
+            )
+            continue
+        unjustified = [h for h in holders if (h, name) not in POD_ROLE_WRITES_ACKNOWLEDGED]
+        if MANAGED_POLICY_WRITES[name] and unjustified:
+            yield (
+                f"role taken by {', '.join(unjustified)} attaches {name}, which may "
+                f"{', '.join(MANAGED_POLICY_WRITES[name])} on every resource: {fix}"
+            )
+
+
 RULES: tuple[Rule, ...] = (
     _open_ingress,
     _imdsv2,
@@ -188,6 +290,7 @@ RULES: tuple[Rule, ...] = (
     _retained_fixed_name_log_group,
     _eks_cluster,
     _service_grant_without_source,
+    _pod_reachable_writes_anywhere,
 )
 
 

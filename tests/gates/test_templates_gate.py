@@ -216,3 +216,81 @@ def test_only_the_acknowledged_key_grant_passes_and_its_sid_is_the_one_infra_wri
     wider = {**grant, "Action": ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*"]}
     assert len(_one(key(wider))) == 1
     assert len(_one(_topic_policy(grant))) == 1
+
+
+# --- roles a pod can reach: no writes on every resource that no acknowledgment justifies ---------------------------
+
+
+def _role(service: str, *, managed: tuple[str, ...] = (), inline: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "AssumeRolePolicyDocument": {
+                "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]
+            },
+            "ManagedPolicyArns": [
+                {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":iam::aws:policy/{name}"]]} for name in managed
+            ],
+            **({"Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": inline}}]} if inline else {}),
+        },
+    }
+
+
+def _allow(action: str | list[str], resource: Any = "*") -> dict[str, Any]:
+    return {"Effect": "Allow", "Action": action, "Resource": resource}
+
+
+def test_a_node_role_with_the_cni_policy_fails_naming_the_writes_and_the_fix() -> None:
+    # What every node role held before issue 38: any pod reached it through IMDS (hop limit 2).
+    (message,) = _one(_role("ec2.amazonaws.com", managed=("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy")))
+    assert "ec2.amazonaws.com" in message
+    assert "AmazonEKS_CNI_Policy" in message
+    assert "ec2:CreateNetworkInterface" in message
+    assert "POD_ROLE_WRITES_ACKNOWLEDGED" in message
+
+
+def test_the_cni_policy_on_the_cnis_own_pod_identity_is_the_acknowledged_one() -> None:
+    assert _one(_role("pods.eks.amazonaws.com", managed=("AmazonEKS_CNI_Policy",))) == []
+    assert (
+        _one(_role("ec2.amazonaws.com", managed=("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")))
+        == []
+    )
+
+
+def test_a_pod_identity_role_that_writes_anywhere_fails_inline_or_attached() -> None:
+    inline = _role("pods.eks.amazonaws.com", inline=[_allow(["logs:PutLogEvents", "ec2:DescribeTags"])])
+    (message,) = _one(inline)
+    assert "logs:PutLogEvents" in message
+    assert "ec2:DescribeTags" not in message
+    attached = {
+        "Type": "AWS::IAM::Policy",
+        "Properties": {"Roles": [{"Ref": "R"}], "PolicyDocument": {"Statement": [_allow("s3:*")]}},
+    }
+    assert [m for m in _one(_role("pods.eks.amazonaws.com"), P=attached) if "s3:*" in m]
+    everything = _role("ec2.amazonaws.com", inline=[{"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}])
+    assert _one(everything)  # NotAction: everything else, writes included
+
+
+def test_writes_on_named_resources_reads_anywhere_and_roles_no_pod_reaches_pass() -> None:
+    own = _allow(["logs:PutLogEvents"], ["arn:aws:logs:us-east-2:1:log-group:/own:*"])
+    reads = _allow(["ec2:Describe*", "ecr:BatchGetImage", "fsx:DescribeFileSystems"])
+    assert _one(_role("pods.eks.amazonaws.com", inline=[own, reads])) == []
+    assert _one(_role("lambda.amazonaws.com", inline=[_allow("ec2:CreateNetworkInterface")])) == []
+
+
+def test_a_managed_policy_the_gate_does_not_know_on_a_pod_reachable_role_is_named() -> None:
+    (message,) = _one(_role("pods.eks.amazonaws.com", managed=("AmazonS3FullAccess",)))
+    assert "AmazonS3FullAccess" in message
+    assert "MANAGED_POLICY_WRITES" in message
+
+
+def test_irsa_roles_are_pod_reachable_too() -> None:
+    role = _role("pods.eks.amazonaws.com", inline=[_allow("sqs:SendMessage")])
+    role["Properties"]["AssumeRolePolicyDocument"]["Statement"] = [
+        {
+            "Effect": "Allow",
+            "Principal": {"Federated": "arn:aws:iam::1:oidc-provider/x"},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+        }
+    ]
+    assert _one(role)
