@@ -55,6 +55,11 @@ VPC_CNI_ADDON = "vpc-cni"
 VPC_CNI_SERVICE_ACCOUNT = "aws-node"  # in kube-system, the add-on's namespace
 VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
 POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
+# Any API server accepts NetworkPolicy objects; on EKS only the VPC CNI's node agent enforces them, and only with the
+# add-on's enableNetworkPolicy "true" (EKS user guide, "Restrict Pod network traffic with Kubernetes network policies",
+# https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html). Standard enforcing mode: a pod
+# no policy selects is open, so switching it on changes nothing until the policies of issue 38 are applied.
+ADDON_CONFIGURATION: dict[str, dict[str, str]] = {VPC_CNI_ADDON: {"enableNetworkPolicy": "true"}}
 
 
 def kubectl_provider_function(cluster: eks.Cluster) -> IConstruct:
@@ -187,6 +192,7 @@ class EksCluster(Construct):
                 cluster=self.icluster,
                 addon_name=name,
                 addon_version=MANAGED_ADDONS[name],
+                configuration_values=ADDON_CONFIGURATION.get(name),
                 preserve_on_delete=False,
             )
             for name in CORE_ADDONS

@@ -197,6 +197,14 @@ def test_vpc_cni_permissions_are_on_aws_node_own_pod_identity(resources: dict[st
     ]
 
 
+def test_the_vpc_cni_enforces_network_policies(resources: dict[str, Any], env_name: str) -> None:
+    """NetworkPolicy objects are accepted by any API server; only the VPC CNI's node agent, switched on by the
+    add-on's enableNetworkPolicy, enforces them. Off, a default-deny policy would be silently ignored."""
+    _, cni = _addons(resources[env_name])["vpc-cni"]
+    values = json.loads(cni["Properties"]["ConfigurationValues"])
+    assert values["enableNetworkPolicy"] == "true"
+
+
 def test_aws_node_gets_its_identity_before_the_nodes_lose_theirs(resources: dict[str, Any], env_name: str) -> None:
     """The Pod Identity agent hands aws-node its credentials, so vpc-cni waits for it; the system node role (which
     loses AmazonEKS_CNI_Policy on an existing cluster) waits for vpc-cni, whose association update restarts aws-node
