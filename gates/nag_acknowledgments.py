@@ -37,8 +37,10 @@ VPC_CNI_REASON = (
     "and IP address calls the plugin makes."
 )
 KUBECTL_REASON = (
-    "Role of the kubectl provider Lambda that aws-cdk-lib's aws_eks_v2 creates to apply manifests and Helm "
-    "charts; its managed policies (logs, VPC ENIs, ECR pulls of the kubectl layer) are the library's."
+    "Role of the kubectl provider Lambda that aws-cdk-lib's aws_eks_v2 creates to apply manifests and Helm charts: "
+    "the AWS managed policies for its own CloudWatch Logs (AWSLambdaBasicExecutionRole) and the ENIs a function in "
+    "a VPC needs (AWSLambdaVPCAccessExecutionRole). The registry read the library adds is removed "
+    "(infra/cluster.py drop_kubectl_registry_read)."
 )
 
 # aws_logs.LogRetention's singleton handler (infra/cluster.py control_plane_log_retention); the id is
@@ -201,20 +203,6 @@ ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
             "Eks/Cluster/KubectlProvider/Provider/framework-onEvent/ServiceRole",
         )
         for policy in ("AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole")
-    ),
-    Acknowledgment(
-        path="Eks/Cluster/KubectlProvider/Handler/ServiceRole",
-        rule=_managed("AmazonEC2ContainerRegistryReadOnly"),
-        reason=KUBECTL_REASON,
-    ),
-    Acknowledgment(
-        path="Eks/Cluster/KubectlProvider/Handler/ServiceRole",
-        rule=(
-            f'{IAM4}[Policy::{{"Fn::If":["EksClusterKubectlProviderHandlerHasEcrPublicC426D1A5",'
-            '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},'
-            '":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]'
-        ),
-        reason=KUBECTL_REASON,
     ),
     Acknowledgment(
         path="Eks/Cluster/KubectlProvider/Handler",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import cast
 
 from aws_cdk import Aws, CrossStackReferences, ReferenceStrength, RemovalPolicy
@@ -15,7 +16,7 @@ from constructs import Construct, IConstruct
 
 from infra.logs import retention_days
 from infra.spec import ClusterConfig, EndpointAccess
-from infra.spec.versions import CORE_ADDONS, KUBERNETES_VERSION, MANAGED_ADDONS
+from infra.spec.versions import CORE_ADDONS, HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS
 
 ALL_LOG_TYPES = (
     eks.ClusterLoggingTypes.API,
@@ -71,6 +72,28 @@ def kubectl_provider_function(cluster: eks.Cluster) -> IConstruct:
     if function is None:
         raise LookupError("aws_eks_v2.Cluster has no KubectlProvider/Provider/framework-onEvent (aws-cdk-lib moved it)")
     return function
+
+
+# aws-cdk-lib 2.275.0 (aws-eks-v2/lib/kubectl-provider.js) attaches AmazonEC2ContainerRegistryReadOnly and, in the
+# aws partition, AmazonElasticContainerRegistryPublicReadOnly to the kubectl handler's role, so that HelmChart can
+# log in to a chart kept in ECR (kubectl-handler/helm get_oci_cmd logs in only for *.dkr.ecr.* and public.ecr.aws).
+# None of our charts is kept there, and invoking that function is cluster-admin already: it keeps the two Lambda
+# policies it runs with (logs; ENIs in the VPC) and no registry read.
+KUBECTL_HANDLER_POLICIES = ("service-role/AWSLambdaBasicExecutionRole", "service-role/AWSLambdaVPCAccessExecutionRole")
+ECR_CHART = re.compile(r"^oci://(\d+\.dkr\.ecr\.|public\.ecr\.aws)")
+
+
+def drop_kubectl_registry_read(cluster: eks.Cluster) -> None:
+    ecr_charts = sorted(pin.chart for pin in HELM_CHARTS.values() if ECR_CHART.match(pin.repository))
+    if ecr_charts:
+        raise ValueError(
+            f"Helm chart(s) {ecr_charts} are kept in ECR, which the kubectl handler may not read: keep its registry "
+            "read (infra/cluster.py drop_kubectl_registry_read) or serve the chart from another registry"
+        )
+    handler = cluster.node.find_child("KubectlProvider").node.find_child("Handler")
+    role = cast(iam.CfnRole, handler.node.find_child("ServiceRole").node.default_child)
+    # The L1 property (not a raw override), so that cdk-nag, which reads it, judges what is deployed.
+    role.managed_policy_arns = [f"arn:{Aws.PARTITION}:iam::aws:policy/{policy}" for policy in KUBECTL_HANDLER_POLICIES]
 
 
 def principal_arn(principal: str) -> str:
@@ -166,6 +189,7 @@ class EksCluster(Construct):
         # refuses the replacement, and refuses deleting Platform while a consumer exists.
         CrossStackReferences.of(self.cluster).produce(ReferenceStrength.STRONG)
         CrossStackReferences.of(kubectl_provider_function(self.cluster)).produce(ReferenceStrength.STRONG)
+        drop_kubectl_registry_read(self.cluster)
         # jsii's generated Cluster class misses a member of its own ICluster protocol
         # (kubectl_provider_options), so mypy needs telling that it is one.
         self.icluster = cast(eks.ICluster, self.cluster)

@@ -205,6 +205,21 @@ def test_the_vpc_cni_enforces_network_policies(resources: dict[str, Any], env_na
     assert values["enableNetworkPolicy"] == "true"
 
 
+def test_the_kubectl_handler_reads_no_container_registry(resources: dict[str, Any], env_name: str) -> None:
+    """aws-cdk-lib 2.275.0 (aws-eks-v2 kubectl-provider.js) gives the kubectl handler ECR and ECR Public read on every
+    repository, for Helm charts kept in ECR; none of ours is (infra/spec/versions.py HELM_CHARTS)."""
+    template = resources[env_name]
+    (role,) = [
+        r
+        for k, r in of_type(template, "AWS::IAM::Role").items()
+        if k.startswith("EksClusterKubectlProviderHandlerServiceRole")
+    ]
+    arns = json.dumps(role["Properties"]["ManagedPolicyArns"])
+    assert "ContainerRegistry" not in arns
+    assert "AWSLambdaBasicExecutionRole" in arns
+    assert "AWSLambdaVPCAccessExecutionRole" in arns
+
+
 def test_aws_node_gets_its_identity_before_the_nodes_lose_theirs(resources: dict[str, Any], env_name: str) -> None:
     """The Pod Identity agent hands aws-node its credentials, so vpc-cni waits for it; the system node role (which
     loses AmazonEKS_CNI_Policy on an existing cluster) waits for vpc-cni, whose association update restarts aws-node
