@@ -91,6 +91,10 @@ def drop_kubectl_registry_read(cluster: eks.Cluster) -> None:
             "read (infra/cluster.py drop_kubectl_registry_read) or serve the chart from another registry"
         )
     handler = cluster.node.find_child("KubectlProvider").node.find_child("Handler")
+    # The library's partition condition for ECR Public (HasEcrPublic) has no other use: CloudFormation warns on an
+    # unused condition (cfn-lint W8001).
+    if not handler.node.try_remove_child("HasEcrPublic"):
+        raise LookupError("aws_eks_v2 kubectl Handler has no HasEcrPublic condition (aws-cdk-lib moved it)")
     role = cast(iam.CfnRole, handler.node.find_child("ServiceRole").node.default_child)
     # The L1 property (not a raw override), so that cdk-nag, which reads it, judges what is deployed.
     role.managed_policy_arns = [f"arn:{Aws.PARTITION}:iam::aws:policy/{policy}" for policy in KUBECTL_HANDLER_POLICIES]
