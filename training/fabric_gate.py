@@ -533,8 +533,7 @@ def write_pod_verdict(verdict: GateVerdict, exit_code: int, directory: Path | No
     directory = directory or pod_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "verdict.json"
-    first = read_pod_verdict(path)
-    if first is None or first.get("exit_code") not in (EXIT_RETRY, EXIT_FAILED):
+    if not stops_the_pod(read_pod_verdict(path)):
         _write_verdict(path, verdict, exit_code)
     return path
 
@@ -543,6 +542,11 @@ def _write_verdict(path: Path, verdict: GateVerdict, exit_code: int) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # each rank writes its own, then one rename wins
     tmp.write_text(json.dumps({**verdict.to_json(), "exit_code": exit_code}, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def stops_the_pod(verdict: Mapping[str, Any] | None) -> bool:
+    """A recorded verdict that stops the pod: the gate's RETRY or FAILED code."""
+    return verdict is not None and verdict.get("exit_code") in (EXIT_RETRY, EXIT_FAILED)
 
 
 def read_pod_verdict(path: Path) -> dict[str, Any] | None:
@@ -602,9 +606,7 @@ def read_shared_verdict(state_dir: Path | None, run_id: str, *, since: float) ->
     except OSError:
         return None
     verdict = read_pod_verdict(path)
-    if verdict is None or verdict.get("exit_code") not in (EXIT_RETRY, EXIT_FAILED):
-        return None
-    return verdict
+    return verdict if stops_the_pod(verdict) else None
 
 
 def run_id(config: GateConfig | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -719,7 +721,7 @@ def supervise(argv: Sequence[str], verdict_file: Path, *, poll_s: float = 0.5, g
         except subprocess.TimeoutExpired:
             pass
         verdict = read_pod_verdict(verdict_file)
-        if verdict is not None and verdict.get("exit_code") in (EXIT_RETRY, EXIT_FAILED):
+        if stops_the_pod(verdict):
             child.terminate()
             try:
                 child.wait(timeout=grace_s)
@@ -728,7 +730,7 @@ def supervise(argv: Sequence[str], verdict_file: Path, *, poll_s: float = 0.5, g
                 child.wait()
             break
     verdict = read_pod_verdict(verdict_file)
-    if verdict is not None and verdict.get("exit_code") in (EXIT_RETRY, EXIT_FAILED):
+    if verdict is not None and stops_the_pod(verdict):
         print(verdict.get("summary", "FABRIC GATE FAIL"), file=sys.stderr, flush=True)
         return int(verdict["exit_code"])
     return code
