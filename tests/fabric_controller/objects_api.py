@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.trainctl.loopback import ServerThread
+
 
 @dataclass
 class ObjectsApi:
@@ -121,12 +123,10 @@ def serving(api: ObjectsApi) -> Iterator[ObjectsApi]:
 
         do_GET = do_POST = do_PATCH = _serve  # noqa: N815
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    loop = ServerThread(ThreadingHTTPServer(("127.0.0.1", 0), Handler), "objects-api")
+    loop.start()
+    api.url = loop.url
     try:
         yield api
     finally:
-        server.shutdown()
-        server.server_close()
+        loop.stop()
