@@ -5,15 +5,13 @@ a node outside the gated GPU groups; the gate's objects ship with the namespaces
 from __future__ import annotations
 
 import copy
-import functools
 from pathlib import Path
 from typing import Any
 
-import celpy
 import pytest
-from celpy.adapter import json_to_cel
 
 from rehearse.manifests import yaml_documents
+from tests.k8s.cel import denied
 
 WORKLOAD_KINDS = {"Job", "RayJob", "RayCluster", "Deployment", "Pod"}
 GATED_NAMESPACES = ("ray", "training")
@@ -97,12 +95,6 @@ def node_policies(dist: Path) -> list[dict[str, Any]]:
     ]
 
 
-@functools.cache
-def _program(expression: str) -> Any:
-    env = celpy.Environment()
-    return env.program(env.compile(expression))
-
-
 def gpu_node(**labels: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -117,13 +109,6 @@ def gpu_node(**labels: str) -> dict[str, Any]:
             "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
         },
     }
-
-
-def denied(policy: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    activation = {"object": json_to_cel(new), "oldObject": json_to_cel(old)}
-    return [
-        v["message"] for v in policy["spec"]["validations"] if not bool(_program(v["expression"]).evaluate(activation))
-    ]
 
 
 def tainted(node: dict[str, Any]) -> dict[str, Any]:

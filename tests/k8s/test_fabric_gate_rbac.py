@@ -6,12 +6,10 @@ worker and nothing else; the controller runs our code, pinned, restricted, on th
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from pathlib import Path
 from typing import Any
 
-import celpy
 import pytest
 from celpy.adapter import json_to_cel
 
@@ -20,6 +18,7 @@ from gates.manifests import check_objects
 from infra.spec import ENVIRONMENTS
 from k8s.charts.fabric_gate import CONTROLLER_SOURCES, ROOT, controller_config
 from rehearse.manifests import yaml_documents
+from tests.k8s import cel
 from training.fabric_verdict import TAINT_KEY
 
 NAMESPACES = {"ray", "training"}
@@ -112,12 +111,6 @@ def policy(dist: Path) -> dict[str, Any]:
     return vap
 
 
-@functools.cache
-def _program(expression: str) -> Any:
-    env = celpy.Environment()
-    return env.program(env.compile(expression))
-
-
 def test_the_policy_matches_node_updates_by_the_controller_only_and_denies(dist: Path) -> None:
     vap = policy(dist)
     assert vap["spec"]["failurePolicy"] == "Fail"
@@ -127,7 +120,7 @@ def test_the_policy_matches_node_updates_by_the_controller_only_and_denies(dist:
     (binding,) = by_kind(objects(dist, "prod"), "ValidatingAdmissionPolicyBinding")
     assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
     (condition,) = vap["spec"]["matchConditions"]
-    matches = _program(condition["expression"])
+    matches = cel.program(condition["expression"])
     for username, expected in (
         ("system:serviceaccount:fabric-gate-system:fabric-gate-controller", True),
         ("system:serviceaccount:training:fabric-gate", False),
@@ -159,12 +152,7 @@ GATE = {"key": TAINT_KEY, "value": "below-floor", "effect": "NoSchedule"}
 
 def denied(dist: Path, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The messages of the validations that fail for this update (what the API server would answer)."""
-    activation = {"object": json_to_cel(new), "oldObject": json_to_cel(old)}
-    return [
-        v["message"]
-        for v in policy(dist)["spec"]["validations"]
-        if not bool(_program(v["expression"]).evaluate(activation))
-    ]
+    return cel.denied(policy(dist), old, new)
 
 
 def test_adding_the_gate_taint_to_a_gated_gpu_worker_is_allowed(dist: Path) -> None:
