@@ -14,6 +14,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct, IConstruct
 
+from infra.library_roles import write_managed_policies
 from infra.logs import retention_days
 from infra.spec import ClusterConfig, EndpointAccess
 from infra.spec.versions import CORE_ADDONS, HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS
@@ -95,9 +96,8 @@ def drop_kubectl_registry_read(cluster: eks.Cluster) -> None:
     # unused condition (cfn-lint W8001).
     if not handler.node.try_remove_child("HasEcrPublic"):
         raise LookupError("aws_eks_v2 kubectl Handler has no HasEcrPublic condition (aws-cdk-lib moved it)")
-    role = cast(iam.CfnRole, handler.node.find_child("ServiceRole").node.default_child)
-    # The L1 property (not a raw override), so that cdk-nag, which reads it, judges what is deployed.
-    role.managed_policy_arns = [f"arn:{Aws.PARTITION}:iam::aws:policy/{policy}" for policy in KUBECTL_HANDLER_POLICIES]
+    role = handler.node.try_find_child("ServiceRole")
+    write_managed_policies(role, KUBECTL_HANDLER_POLICIES, "aws_eks_v2 KubectlProvider/Handler/ServiceRole")
 
 
 def principal_arn(principal: str) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+
+from infra.library_roles import write_managed_policies
 
 # The node role's AWS managed policies (EKS user guide, "Amazon EKS node IAM role": the kubelet's EC2 describe
 # calls and the Pod Identity agent's eks-auth:AssumeRoleForPodIdentity, and image pulls from ECR). The VPC CNI's
@@ -26,10 +26,4 @@ def keep_node_role_to_the_node(nodegroup: eks.Nodegroup) -> iam.CfnRole:
     (logical id, ARN), with its policy list written here. cdk-nag and the template both read this list.
     """
     role = nodegroup.node.try_find_child("NodeGroupRole")
-    if not isinstance(role, iam.Role):
-        raise LookupError("aws_eks_v2.Nodegroup has no NodeGroupRole child (aws-cdk-lib moved it)")
-    cfn = cast(iam.CfnRole, role.node.default_child)
-    cfn.managed_policy_arns = [
-        iam.ManagedPolicy.from_aws_managed_policy_name(name).managed_policy_arn for name in NODE_ROLE_POLICIES
-    ]
-    return cfn
+    return write_managed_policies(role, NODE_ROLE_POLICIES, "aws_eks_v2.Nodegroup NodeGroupRole")
