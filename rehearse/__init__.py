@@ -9,8 +9,9 @@ RayCluster) with its pods. Where things live:
 - seams.py: `Placement`, `Admission` and `Clock`, where a cluster model plugs in (defaults: unconstrained,
   always admitted, monotonic time);
 - outcome.py: `Rehearsal`, `WorkloadOutcome`, `PodOutcome`, JSON and `format_table`;
-- pods.py: the process runtime (namespaces, volumes, DNS) with podinit.py inside each pod and network.py for
-  addresses; fake.py: a fake runtime on a fake clock for controller unit tests.
+- pods.py: the process runtime (namespaces, volumes, DNS) with podinit.py inside each pod, network.py for
+  addresses, network_policy.py deciding what NetworkPolicies admit and policy_routes.py enforcing it;
+  fake.py: a fake runtime on a fake clock for controller unit tests.
 """
 
 from __future__ import annotations

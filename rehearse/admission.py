@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rehearse import network_policy
 from rehearse.host import image_only, substitute_commands
 from rehearse.scale import hub_problems, scale_small, substitute
 from rehearse.support import INFRA_KINDS, PENDING_KINDS, WORKLOAD_KINDS, unsupported_fields
@@ -91,6 +92,11 @@ def admit(
     admitted: list[dict[str, Any]] = []
     for obj, where in kept:
         fields = unsupported_fields(obj) if obj.get("kind") in WORKLOAD_KINDS else []
+        if obj.get("kind") == "NetworkPolicy":
+            problems += [
+                f"{where}: NetworkPolicy/{_name(obj)}: {why}; fix: leave it out to rehearse without it"
+                for why in network_policy.unsupported(obj)
+            ]
         if fields and skip_unsupported:
             skipped.append(Skipped(str(obj["kind"]), _name(obj), "; ".join(f"{f.path}: {f.reason}" for f in fields)))
             continue

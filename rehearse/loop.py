@@ -26,6 +26,7 @@ from rehearse.errors import RehearsalError
 from rehearse.jobs import JobController
 from rehearse.kuberay import RayClusterController, RayJobController, dashboard_dependency_error
 from rehearse.network import open_network
+from rehearse.network_policy import Policies
 from rehearse.options import Kill, Options
 from rehearse.outcome import Rehearsal, outcome
 from rehearse.platform import check_platform
@@ -286,7 +287,7 @@ def drive(
 
 
 WORKLOAD_KINDS = ("Job", "RayJob", "RayCluster", "Deployment")
-HONOURED_KINDS = ("Service", "ConfigMap", "PersistentVolumeClaim")
+HONOURED_KINDS = ("Service", "ConfigMap", "PersistentVolumeClaim", "NetworkPolicy")
 
 
 @dataclass
@@ -297,6 +298,7 @@ class Prepared:
     configmaps: dict[tuple[str, str], dict[str, str]]
     services: list[dict[str, Any]]
     notes: list[str]
+    policies: Policies = field(default_factory=Policies)
 
 
 def _namespaced(obj: dict[str, Any]) -> dict[str, Any]:
@@ -348,7 +350,9 @@ def prepare(manifests: Sequence[dict[str, Any]], options: Options) -> Prepared:
             c.selected = clusters[(c.namespace, c.cluster.name)]
     for c in controllers:
         services += list(getattr(c, "services", []))
-    return Prepared(controllers=controllers, configmaps=configmaps, services=services, notes=notes)
+    return Prepared(
+        controllers=controllers, configmaps=configmaps, services=services, notes=notes, policies=Policies.of(objects)
+    )
 
 
 def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> Rehearsal:
@@ -364,6 +368,13 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
     output_dir = (options.output_dir or Path(tempfile.mkdtemp(prefix="rehearsal-"))).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     network, fallback = open_network(loopback=options.network == "loopback")
+    if prepared.policies and not network.isolated:
+        network.close()
+        raise RehearsalError(
+            "NetworkPolicy is enforced only on the bridge network, where each pod has its own network namespace; "
+            f"this run's network is {network.kind} ({fallback}); fix: run as root where network namespaces can be "
+            "made, or leave the NetworkPolicies out"
+        )
     notes = list(prepared.notes)
     if fallback:
         notes.append(fallback)
@@ -380,6 +391,7 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
         image_python=options.image_python,
         # Containers restart in wall time: a cluster clock running `factor` times faster shortens the back-off.
         container_backoff_s=options.backoff_base_s / float(getattr(options.clock, "factor", 1.0)),
+        policies=prepared.policies,
     )
     try:
         if options.api is not None:

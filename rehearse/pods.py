@@ -35,7 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rehearse import policy_routes
 from rehearse.network import Network
+from rehearse.network_policy import Endpoint, Policies, endpoint_of
+from rehearse.policy_routes import rules_toward
 from rehearse.seams import ApiServer, Clock, MonotonicClock
 from training.rehearsal import REHEARSAL_CPU, REHEARSAL_ENV
 
@@ -215,8 +218,11 @@ class Runtime:
         api: ApiServer | None = None,
         image_python: Mapping[str, Path] | None = None,
         container_backoff_s: float = 10.0,
+        policies: Policies | None = None,
     ) -> None:
         self.clock: Clock = clock or MonotonicClock()
+        # The run's NetworkPolicies: enforced on the bridge network (policy_routes.py); run.py refuses them elsewhere.
+        self.policies = policies or Policies()
         # The kubelet's first container-restart delay, in wall seconds (10 s on a node; podinit doubles it).
         self.container_backoff_s = container_backoff_s
         self.api = api
@@ -536,6 +542,7 @@ class Runtime:
                 init_output = (directory / "pod-init.log").read_text(errors="replace")[-2000:]
                 raise PodSetupError(f"pod {plan.name} did not come up: {init_output}")
             self.network.attach(process.pid)
+            self._restrict(pod)
             self.refresh_hosts()
             os.write(go_w, b"go\n")
         except Exception:
@@ -548,6 +555,25 @@ class Runtime:
             os.close(ready_r)
             os.close(go_w)
         self.log(f"pod {plan.name} started ({address}, image {', '.join(pod.images)})")
+
+    def endpoint(self, pod: Pod) -> Endpoint:
+        return endpoint_of(pod.plan.name, pod.plan.namespace, pod.plan.labels, pod.plan.spec, pod.address)
+
+    def _restrict(self, new: Pod) -> None:
+        """The NetworkPolicy routing rules between a pod that is starting and every running pod, both ways,
+        before its containers run."""
+        if not self.policies or not self.network.isolated:
+            return
+        assert new.process is not None
+        mine: list[str] = []
+        for other in self.pods.values():
+            if other is new or other.process is None or not other.running or other.node_lost:
+                continue
+            mine += rules_toward(self.policies, self.endpoint(new), self.endpoint(other))
+            policy_routes.apply(
+                other.process.pid, rules_toward(self.policies, self.endpoint(other), self.endpoint(new))
+            )
+        policy_routes.apply(new.process.pid, mine)
 
     # -- watching and killing ----------------------------------------------------------------
     def now(self) -> float:

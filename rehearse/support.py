@@ -104,6 +104,10 @@ INFRA_KINDS: dict[str, str] = {
     "ValidatingAdmissionPolicyBinding": f"accepted; {API}: validationActions Deny",
     "PriorityClass": "accepted (no preemption: every pod runs)",
     "PodDisruptionBudget": "accepted (no voluntary evictions here)",
+    "NetworkPolicy": (
+        "honoured (Ingress) on the bridge network: routing rules in each pod's network namespace refuse what the "
+        "policies do not admit (rehearse/policy_routes.py); refused on the loopback network and with Egress"
+    ),
     "LocalQueue": QUEUES,
     "ClusterQueue": QUEUES,
     "ResourceFlavor": QUEUES,

@@ -396,3 +396,94 @@ def test_the_loopback_fallback_gives_distinct_127_addresses_that_reach_each_othe
 def test_an_unknown_network_choice_is_refused() -> None:
     with pytest.raises(RehearsalError, match="network='host': use 'auto' or 'loopback'"):
         Options(network="host")
+
+
+def network_policy(
+    name: str, namespace: str, selector: dict[str, str], ingress: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
+def test_network_policies_admit_the_gang_and_the_admitted_port_and_refuse_a_stranger_elsewhere(tmp_path: Path) -> None:
+    """Default-deny in both namespaces; the pair's pods admit each other on every port, and pod 0 admits namespace
+    `other` on 7001 only: the stranger there is refused 7000 (EACCES at once) and gets pod 0's answer on 7001,
+    which only the reply rule lets out of pod 0 (the stranger's namespace admits nothing)."""
+    server = """
+        import os, socket, time
+        if os.environ["JOB_COMPLETION_INDEX"] == "0":
+            gang, admitted = socket.socket(), socket.socket()
+            gang.bind(("0.0.0.0", 7000)); gang.listen()
+            admitted.bind(("0.0.0.0", 7001)); admitted.listen()
+            conn, _ = gang.accept()
+            print("gang said", conn.recv(64).decode())
+            conn, _ = admitted.accept()
+            conn.sendall(b"answer")
+            conn.close()
+        else:
+            for _ in range(400):
+                try:
+                    conn = socket.create_connection(("pair-0.pair.t.svc.cluster.local", 7000), timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            conn.sendall(b"hello")
+    """
+    stranger = """
+        import errno, socket, time
+        target = "pair-0.pair.t.svc.cluster.local"
+        def connect(port):
+            for _ in range(400):
+                try:
+                    return socket.create_connection((target, port), timeout=1)
+                except OSError as exc:
+                    if exc.errno == errno.EACCES:
+                        return exc
+                    time.sleep(0.05)
+        print("7000:", connect(7000))
+        conn = connect(7001)
+        print("7001:", conn.recv(64).decode())
+    """
+    other = job("stranger", stranger)
+    other["metadata"]["namespace"] = "other"
+    result = rehearse(
+        tmp_path,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}},
+        network_policy("default-deny", NS, {}, []),
+        network_policy("default-deny", "other", {}, []),
+        network_policy(
+            "pair", NS, {"job-name": "pair"}, [{"from": [{"podSelector": {"matchLabels": {"job-name": "pair"}}}]}]
+        ),
+        network_policy(
+            "other-on-7001",
+            NS,
+            {"job-name": "pair"},
+            [
+                {
+                    "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "other"}}}],
+                    "ports": [{"protocol": "TCP", "port": 7001}],
+                }
+            ],
+        ),
+        headless("pair"),
+        job("pair", server, completions=2, parallelism=2, indexed=True, subdomain="pair"),
+        other,
+    )
+    pair, refused = result.workload("pair"), result.workload("stranger")
+    assert pair.state == "Complete", pair
+    assert "gang said hello" in pair.pod("pair-0").log()
+    assert refused.state == "Complete", refused
+    log = refused.pod("stranger").log()
+    assert "7000: [Errno 13] Permission denied" in log, log
+    assert "7001: answer" in log, log
+
+
+def test_network_policies_are_refused_on_the_loopback_network(tmp_path: Path) -> None:
+    with pytest.raises(RehearsalError, match="NetworkPolicy is enforced only on the bridge network"):
+        rehearse(tmp_path, network_policy("deny", NS, {}, []), job("one", "print(1)"), network="loopback")
+    assert not (tmp_path / "out" / "pods").exists()
