@@ -58,6 +58,35 @@ METRICS_PORT = 8080
 DASHBOARD_AGENT_LISTEN_PORT = 52365
 RAY_CONTAINER = 0
 AUTOSCALER_CPU = "500m"
+
+
+def pod_labels(node_type: str, cluster: str, group: str, template_labels: dict[str, str]) -> dict[str, str]:
+    """KubeRay v1.7.0 common/pod.go labelPod: its labels, then the template's, which override all but the cluster,
+    node type and group (utils/constant.go names them). NetworkPolicies select Ray pods by these."""
+    identifier = f"{cluster}-{node_type}"[-63:]  # utils.CheckLabel(utils.GenerateIdentifier(...)): the last 63
+    if not identifier[0].isalnum():
+        identifier = "r" + identifier[1:]
+    fixed = {"ray.io/cluster": cluster, "ray.io/node-type": node_type, "ray.io/group": group}
+    return {
+        "ray.io/is-ray-node": "yes",
+        "ray.io/identifier": identifier,
+        "app.kubernetes.io/name": "kuberay",
+        "app.kubernetes.io/created-by": "kuberay-operator",
+        **template_labels,
+        **fixed,
+    }
+
+
+def submitter_labels(rayjob: str) -> dict[str, str]:
+    """The labels KubeRay v1.7.0 puts on the submitter Job's pod template (rayjob_controller.go
+    getSubmitterTemplate; utils/constant.go RayOriginatedFromCRDLabelValue(RayJobCRD) is "RayJob")."""
+    return {
+        "ray.io/originated-from-cr-name": rayjob,
+        "ray.io/originated-from-crd": "RayJob",
+        "app.kubernetes.io/created-by": "kuberay-operator",
+    }
+
+
 AUTOSCALER_MEMORY = "512Mi"
 CLUSTER_SELECTOR_KEY = "ray.io/cluster"  # utils/constant.go RayJobClusterSelectorKey
 TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -225,12 +254,7 @@ class RayClusterPods:
         container["env"] = [*container.get("env", []), *env]
         # RayCluster pods are restartPolicy Always by default: a failed Ray container restarts in place.
         spec.setdefault("restartPolicy", "Always")
-        labels = {
-            **template.get("metadata", {}).get("labels", {}),
-            "ray.io/cluster": self.name,
-            "ray.io/node-type": node_type,
-            "ray.io/group": group_name,
-        }
+        labels = pod_labels(node_type, self.name, group_name, template.get("metadata", {}).get("labels", {}))
         unrun = []
         if node_type == "head" and self.spec.get("enableInTreeAutoscaling"):
             unrun.append(self.autoscaler_container())
@@ -620,6 +644,8 @@ class RayJobController:
             {"name": "RAY_JOB_SUBMISSION_ID", "value": self.job_id},
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ]
+        template.setdefault("metadata", {})
+        template["metadata"]["labels"] = {**(template["metadata"].get("labels") or {}), **submitter_labels(self.name)}
         backoff = (self.spec.get("submitterConfig") or {}).get("backoffLimit", SUBMITTER_BACKOFF_LIMIT)
         # A new Job per attempt (the Retrying case deletes the old one, so each has its own uid), owned by the RayJob.
         return {

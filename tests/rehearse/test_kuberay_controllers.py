@@ -334,3 +334,31 @@ def test_ray_pods_poll_ray_train_health_every_half_second_unless_the_manifest_sa
         for p in plans
     }
     assert intervals == {"headgroup": ["0.5"], "g6": ["0.5"], "own": ["3"]}
+
+
+def test_ray_pods_and_the_submitter_carry_kuberays_labels_which_network_policies_select() -> None:
+    # KubeRay v1.7.0 common/pod.go labelPod (a template label overrides all but cluster, node type and group) and
+    # rayjob_controller.go getSubmitterTemplate.
+    job = ray_job("labelled")
+    job["spec"]["rayClusterSpec"]["headGroupSpec"] = {
+        **GROUP,
+        "template": {**GROUP["template"], "metadata": {"labels": {"ray.io/cluster": "mine", "team": "a"}}},
+    }
+    w = rehearse_fake([job], runtime_with_ray(0)).workload("labelled")
+    head = next(p for p in w.pods if p.labels.get("ray.io/node-type") == "head")
+    cluster = head.labels["ray.io/cluster"]
+    assert cluster.startswith("labelled-") and cluster != "mine"
+    assert head.labels == {
+        "ray.io/is-ray-node": "yes",
+        "ray.io/identifier": f"{cluster}-head",
+        "app.kubernetes.io/name": "kuberay",
+        "app.kubernetes.io/created-by": "kuberay-operator",
+        "team": "a",
+        "ray.io/cluster": cluster,
+        "ray.io/node-type": "head",
+        "ray.io/group": "headgroup",
+    }
+    submitter = next(p for p in w.pods if "ray.io/cluster" not in p.labels)
+    assert submitter.labels["ray.io/originated-from-cr-name"] == "labelled"
+    assert submitter.labels["ray.io/originated-from-crd"] == "RayJob"
+    assert submitter.labels["app.kubernetes.io/created-by"] == "kuberay-operator"
