@@ -6,11 +6,12 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gates import outputs
 from gates.cfn_lint import run_cfn_lint
 from gates.checkov_gate import run_checkov
-from gates.manifests import check_objects
+from gates.manifests import check_namespace_isolation, check_objects
 from gates.nag import read_synthesized, run_nag
 from gates.nag_acknowledgments import Acknowledgment
 from gates.report import Finding, GateError, GateResult
@@ -33,10 +34,14 @@ def gate_cfn_lint(cdk_out: Path, dist: Path) -> GateResult:
 
 
 def gate_manifests(cdk_out: Path, dist: Path) -> GateResult:
-    objects = list(outputs.manifests(dist))
+    # Sources, each applied as a whole: an environment's dist/<env>/ and one template.
+    sources: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for where, obj in outputs.manifests(dist):
+        sources.setdefault(where.split("/", 1)[0], []).append((where, obj))
     for name, template in outputs.templates(cdk_out).items():
-        objects += [(f"{name}:{where}", obj) for where, obj in outputs.template_manifests(template)]
-    return GateResult("manifests", len(objects), check_objects(objects))
+        sources[name] = [(f"{name}:{where}", obj) for where, obj in outputs.template_manifests(template)]
+    objects = [item for items in sources.values() for item in items]
+    return GateResult("manifests", len(objects), check_objects(objects) + check_namespace_isolation(sources))
 
 
 def gate_checkov(cdk_out: Path, dist: Path) -> GateResult:

@@ -1,12 +1,13 @@
 """Manifest rules: schemas (Kubernetes at the cluster version, KubeRay and Kueue CRDs), pinned images,
-nothing exposed outside the cluster, Pod Security labels, container resources."""
+nothing exposed outside the cluster, Pod Security labels, container resources, and every namespace created with
+its default-deny ingress NetworkPolicy."""
 
 from __future__ import annotations
 
 import copy
 import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,4 +187,44 @@ def check_objects(objects: Iterable[tuple[str, dict[str, Any]]]) -> list[Finding
         label = f"{where} {obj.get('kind', '?')}/{obj.get('metadata', {}).get('name', '?')}"
         for rule in RULES:
             findings += [Finding(GATE, label, message) for message in rule(obj)]
+    return findings
+
+
+def _is_default_deny(obj: dict[str, Any], namespace: str) -> bool:
+    """A NetworkPolicy that selects every pod of `namespace` and admits nothing: podSelector {}, Ingress among its
+    policyTypes (the default when none are given), no ingress rule (Kubernetes docs, "Network Policies", "Default
+    deny all ingress traffic")."""
+    if obj.get("kind") != "NetworkPolicy" or obj.get("metadata", {}).get("namespace") != namespace:
+        return False
+    spec = obj.get("spec") or {}
+    selector = spec.get("podSelector") or {}
+    return (
+        not selector.get("matchLabels")
+        and not selector.get("matchExpressions")
+        and "Ingress" in spec.get("policyTypes", ["Ingress"])
+        and not spec.get("ingress")
+    )
+
+
+def check_namespace_isolation(sources: Mapping[str, Iterable[tuple[str, dict[str, Any]]]]) -> list[Finding]:
+    """Every Namespace a source creates has its default-deny ingress policy in that same source (an environment's
+    dist/ directory, one CloudFormation template): whatever applies the namespace applies its policy too, and no
+    namespace is open to every pod between two applies."""
+    findings = []
+    for objects in sources.values():
+        objects = list(objects)
+        for where, obj in objects:
+            if obj.get("kind") != "Namespace":
+                continue
+            name = obj.get("metadata", {}).get("name", "?")
+            if not any(_is_default_deny(other, name) for _, other in objects):
+                findings.append(
+                    Finding(
+                        GATE,
+                        where,
+                        f"namespace {name} has no default-deny ingress NetworkPolicy (podSelector {{}}, policyTypes "
+                        "with Ingress, no ingress rules) where it is created: infra/spec/network_policies.py "
+                        "namespace_objects",
+                    )
+                )
     return findings

@@ -31,10 +31,20 @@ from k8s.workloads import RayFinetuneJob
 def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> None:
     """Every chart of one environment, added to `app`; raises UnpinnedImagesError first."""
     if not environment.gpu_node_groups:
-        NamespacesChart(app, "namespaces", environment=environment.name, namespaces=TRAINING_NAMESPACES)
+        NamespacesChart(
+            app,
+            "namespaces",
+            environment=environment.name,
+            namespaces=TRAINING_NAMESPACES,
+            vpc_cidr=environment.network.cidr,
+        )
         return
     namespaces = NamespacesChart(
-        app, "namespaces", environment=environment.name, namespaces=(*TRAINING_NAMESPACES, FABRIC_GATE_SYSTEM)
+        app,
+        "namespaces",
+        environment=environment.name,
+        namespaces=(*TRAINING_NAMESPACES, FABRIC_GATE_SYSTEM),
+        vpc_cidr=environment.network.cidr,
     )
     TrainingCodeChart(app, "training-code", namespaces=(RAY.name, TRAINING.name))
     nvrx_job = NvrxFsdpJob()

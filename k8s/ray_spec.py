@@ -15,6 +15,7 @@ from typing import Any
 from infra.spec import Environment, GpuNodeGroupConfig, InstanceType
 from infra.spec.metrics import EMF_AGENT_ENDPOINT
 from infra.spec.namespaces import RAY
+from infra.spec.network_policies import RAY_DASHBOARD_PORT, ray_workload_labels
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR, gpu_group_selector, gpu_toleration
 from infra.spec.versions import RAY_VERSION
 from k8s.fabric_env import FabricProfile, fabric_env
@@ -37,7 +38,7 @@ def code_configmap(filename: str) -> str:
 
 CODE_ROOT = "/opt/ml-platform"
 # Ray's ports: GCS, dashboard and job API, client. ClusterIP only: nothing leaves the cluster.
-HEAD_PORTS = (("gcs", 6379), ("dashboard", 8265), ("client", 10001))
+HEAD_PORTS = (("gcs", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001))
 
 
 class WorkloadError(ValueError):
@@ -176,7 +177,7 @@ DRIVER_NUM_CPUS = 1
 HEAD_START_PARAMS: Mapping[str, str] = MappingProxyType({"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"})
 
 
-def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
+def head_group(environment: Environment, lock: ImageLock, *, job_name: str) -> dict[str, Any]:
     """The head on any system node, without the checkpoint claim. Ray Train 2.58 writes its storage marker from the
     controller, which it attaches to the node of the job's driver (ray/train/v2/api/data_parallel_trainer.py
     _initialize_and_run_controller: label_selector on the driver's node id), and Ray's job manager pins a driver to
@@ -218,7 +219,10 @@ def head_group(environment: Environment, lock: ImageLock) -> dict[str, Any]:
     return {
         "serviceType": "ClusterIP",
         "rayStartParams": dict(HEAD_START_PARAMS),
-        "template": {"metadata": {"labels": {"app.kubernetes.io/component": "ray-head"}}, "spec": spec},
+        "template": {
+            "metadata": {"labels": {"app.kubernetes.io/component": "ray-head", **ray_workload_labels(job_name)}},
+            "spec": spec,
+        },
     }
 
 
@@ -316,7 +320,11 @@ def worker_group(
         "rayStartParams": {"num-gpus": gpus},
         "template": {
             "metadata": {
-                "labels": {"app.kubernetes.io/component": "ray-worker", "platform/gpu-group": group.name},
+                "labels": {
+                    "app.kubernetes.io/component": "ray-worker",
+                    "platform/gpu-group": group.name,
+                    **ray_workload_labels(job_name),
+                },
                 "annotations": annotations,
             },
             "spec": pod,
@@ -359,7 +367,7 @@ def ray_cluster_spec(
     return {
         "rayVersion": RAY_VERSION,
         "enableInTreeAutoscaling": False,
-        "headGroupSpec": head_group(environment, lock),
+        "headGroupSpec": head_group(environment, lock, job_name=job_name),
         "workerGroupSpecs": [worker_group(environment, group, lock, profile, count, job_name=job_name, gated=gated)],
     }
 

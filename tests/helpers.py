@@ -61,6 +61,13 @@ def kubernetes_objects(template_json: dict[str, Any]) -> dict[str, list[dict[str
     }
 
 
+def without_prune_label(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object CDK applies, without the prune label the kubectl provider adds (and without labels if none remain)."""
+    labels = {k: v for k, v in obj["metadata"].get("labels", {}).items() if not k.startswith("aws.cdk.eks/prune")}
+    metadata = {k: v for k, v in obj["metadata"].items() if k != "labels"}
+    return {**obj, "metadata": {**metadata, **({"labels": labels} if labels else {})}}
+
+
 def helm_charts(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Helm releases by chart name, with Values parsed."""
     charts = {}

@@ -12,9 +12,11 @@ from constructs import Construct, IDependable
 from infra.addons.helm import ChartAddOn
 from infra.spec.addon_pods import KUBERAY_OPERATOR_CPU, KUBERAY_OPERATOR_MEMORY
 from infra.spec.namespaces import KUBERAY
+from infra.spec.network_policies import KUBERAY_OPERATOR_RELEASE
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 
-CHART = "kuberay-operator"
+# The pinned chart and its release name, which the operator pods' labels carry (the ray namespace admits them).
+CHART = KUBERAY_OPERATOR_RELEASE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,10 +31,12 @@ from constructs import Construct, IDependable
 from infra.addons.helm import ChartAddOn
 from infra.spec import Environment
 from infra.spec.kueue import KueueProps, manager_config
+from infra.spec.network_policies import KUEUE_RELEASE
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 from k8s.queueing import queue_objects
 
-CHART = "kueue"
+# The pinned chart and its release name, which the manager pods' labels carry (kueue-system admits them).
+CHART = KUEUE_RELEASE
 
 
 def kueue_values(props: KueueProps) -> dict[str, Any]:

@@ -48,7 +48,12 @@ class ClusterAddOns(Construct):
             *((KUEUE,) if config.kueue else ()),
         )
         self.namespaces = PlatformNamespaces(
-            self, "Namespaces", cluster=icluster, environment=environment.name, namespaces=namespaces
+            self,
+            "Namespaces",
+            cluster=icluster,
+            environment=environment.name,
+            namespaces=namespaces,
+            vpc_cidr=environment.network.cidr,
         )
 
         self.nvidia = (

@@ -36,6 +36,14 @@ from infra.spec.node_loss import lost_node_recovery_s
 # the KubeRay operator and restricted reported.
 KUEUE = NamespaceSpec(name="kueue-system", purpose="Kueue controller manager", enforce="baseline", warn="restricted")
 
+# The manager's webhook server (the chart's default, kept: manager_config below) and the visibility API server,
+# whose port the chart fixes (templates/manager/manager.yaml containerPort 8082 `visibility`,
+# templates/visibility/service.yaml targetPort 8082) and whose APIService it always installs
+# (templates/visibility/apiservice_v1beta2.yaml; the VisibilityOnDemand feature gate is on by default since 0.9,
+# pkg/features/kube_features.go). The API server calls both (infra/spec/network_policies.py).
+WEBHOOK_PORT = 9443
+VISIBILITY_PORT = 8082
+
 BATCH_JOB = "batch/job"
 RAY_JOB = "ray.io/rayjob"
 RAY_CLUSTER = "ray.io/raycluster"
@@ -97,7 +105,7 @@ def manager_config(props: KueueProps) -> dict[str, Any]:
         # The chart's defaults (values.yaml controllerManagerConfigYaml), unchanged.
         "health": {"healthProbeBindAddress": ":8081"},
         "metrics": {"bindAddress": ":8443"},
-        "webhook": {"port": 9443},
+        "webhook": {"port": WEBHOOK_PORT},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "controller": {
             "groupKindConcurrency": {

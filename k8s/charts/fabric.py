@@ -20,7 +20,9 @@ from constructs import Construct
 from infra.spec import Environment, GpuNodeGroupConfig
 from infra.spec.fabric_floors import floor_gbps, floor_message_bytes
 from infra.spec.namespaces import TRAINING
+from infra.spec.network_policies import gang
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
+from k8s.charts.network_policies import add_policies
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.images import ImageLock
 from k8s.job_parts import (
@@ -173,6 +175,8 @@ class FabricJobsChart(cdk8s.Chart):
             script = _SCRIPTS[kind](group, nodes, master, config, lock)
             labels = queue_labels(environment, group.name)
             self.jobs[name] = self._job(name, group, nodes, script, config, labels)
+            # The probe's pods admit each other (rendezvous and NCCL), no other Job's pods.
+            add_policies(self, [gang(NAMESPACE, name)])
 
     def _job(
         self,

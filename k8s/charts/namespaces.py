@@ -1,4 +1,6 @@
-"""Training namespaces with Pod Security Standards labels pinned to the cluster version."""
+"""Training namespaces with Pod Security Standards labels pinned to the cluster version, each followed by its
+NetworkPolicies (infra/spec/network_policies.py namespace_policies: the default deny, and what the control plane
+calls), so no apply of this file creates a namespace without them."""
 
 from __future__ import annotations
 
@@ -7,11 +9,19 @@ import cdk8s_plus_36 as kplus
 from constructs import Construct
 
 from infra.spec.namespaces import NamespaceSpec, namespace_manifest
+from infra.spec.network_policies import namespace_policies
+from k8s.charts.network_policies import add_policies
 
 
 class NamespacesChart(cdk8s.Chart):
     def __init__(
-        self, scope: Construct, construct_id: str, *, environment: str, namespaces: tuple[NamespaceSpec, ...]
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: str,
+        namespaces: tuple[NamespaceSpec, ...],
+        vpc_cidr: str,
     ) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         self.namespaces = {}
@@ -24,3 +34,4 @@ class NamespacesChart(cdk8s.Chart):
                     name=metadata["name"], labels=metadata["labels"], annotations=metadata["annotations"]
                 ),
             )
+            add_policies(self, namespace_policies(spec, vpc_cidr=vpc_cidr))

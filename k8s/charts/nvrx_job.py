@@ -17,7 +17,9 @@ from constructs import Construct
 from infra.spec import Environment, GpuNodeGroupConfig
 from infra.spec.images import built_image_name, refuse_start_install
 from infra.spec.namespaces import TRAINING
+from infra.spec.network_policies import gang
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
+from k8s.charts.network_policies import add_policies
 from k8s.fabric_gate_spec import EXIT_FAILED, EXIT_RETRY, TOKEN_ACK, gate_env, gate_flags, gate_pod
 from k8s.images import ImageLock
 from k8s.job_parts import (
@@ -141,6 +143,8 @@ class NvrxJobChart(cdk8s.Chart):
         cdk8s.ApiObject(self, job.name, api_version="batch/v1", kind="Job", metadata=metadata).add_json_patch(
             cdk8s.JsonPatch.add("/spec", self.spec)
         )
+        # The gang's pods admit each other on every port (PORTS and NCCL's), no other Job's pods.
+        add_policies(self, [gang(NAMESPACE, job.name)])
 
     def _job_spec(
         self, environment: Environment, group: GpuNodeGroupConfig, job: NvrxFsdpJob, image: str

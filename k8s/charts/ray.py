@@ -10,7 +10,9 @@ import yaml
 from constructs import Construct
 
 from infra.spec import Environment
+from infra.spec.network_policies import ray_workload
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
+from k8s.charts.network_policies import add_policies
 from k8s.fabric_env import FabricProfile
 from k8s.fabric_gate_spec import gate_flags
 from k8s.images import ImageLock
@@ -136,6 +138,8 @@ class RayClusterChart(cdk8s.Chart):
                 },
             ),
         ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
+        # Its pods admit each other; its head admits the KubeRay operator on the dashboard port.
+        add_policies(self, ray_workload(NAMESPACE, cluster.name, rayjob=False))
 
 
 def finetune_entrypoint(job: RayFinetuneJob, workers: int, gate: list[str] | None = None) -> str:
@@ -240,3 +244,6 @@ class RayJobChart(cdk8s.Chart):
                 labels={"platform/environment": environment.name, **queue_labels(environment, group.name)},
             ),
         ).add_json_patch(cdk8s.JsonPatch.add("/spec", self.spec))
+        # Its cluster's pods admit each other; its head admits the submitter and the KubeRay operator on the dashboard
+        # port.
+        add_policies(self, ray_workload(NAMESPACE, job.name, rayjob=True))

@@ -117,3 +117,58 @@ def test_ray_crd_schema_violation_fails() -> None:
 def test_unknown_kind_fails() -> None:
     obj = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
     assert any("no Kubernetes 1.36 schema" in m for m in _messages(obj))
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def _policy(namespace: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "default-deny-ingress", "namespace": namespace},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], **spec},
+    }
+
+
+def _isolation(sources: dict[str, list[dict[str, Any]]]) -> list[str]:
+    from gates.manifests import check_namespace_isolation
+
+    return [
+        f"{f.where}: {f.message}"
+        for f in check_namespace_isolation(
+            {s: [(f"{s}#{i}", o) for i, o in enumerate(objs)] for s, objs in sources.items()}
+        )
+    ]
+
+
+def test_a_namespace_with_its_default_deny_passes() -> None:
+    assert _isolation({"dev": [_namespace("ray"), _policy("ray")]}) == []
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        None,
+        _policy("training"),  # another namespace's
+        _policy("ray", podSelector={"matchLabels": {"app": "x"}}),  # some pods only
+        _policy("ray", policyTypes=["Egress"]),  # not ingress
+        _policy("ray", ingress=[{"from": [{"podSelector": {}}]}]),  # admits the namespace's pods
+    ],
+    ids=["none", "other-namespace", "some-pods", "egress-only", "with-rules"],
+)
+def test_a_namespace_without_a_default_deny_ingress_fails(policy: dict[str, Any] | None) -> None:
+    objects = [_namespace("ray"), *([policy] if policy else [])]
+    assert _isolation({"dev": objects}) == [
+        "dev#0: namespace ray has no default-deny ingress NetworkPolicy (podSelector {}, policyTypes with Ingress, "
+        "no ingress rules) where it is created: infra/spec/network_policies.py namespace_objects"
+    ]
+
+
+def test_the_default_deny_must_come_with_the_namespace_not_from_elsewhere() -> None:
+    # A template that creates the namespace and a dist/ file set that carries its policy: the template's apply
+    # creates a namespace open to every pod.
+    template = "assembly-dev/Platform.template.json"
+    (found,) = _isolation({template: [_namespace("kueue-system")], "dev": [_policy("kueue-system")]})
+    assert found.startswith(f"{template}#0: namespace kueue-system")

@@ -23,7 +23,16 @@ from infra.spec.registries import eks_image_registry
 from infra.spec.versions import HELM_CHARTS, KUBERAY_VERSION, MANAGED_ADDONS
 from rehearse.manifests import yaml_documents
 from tests.conftest import ROOT
-from tests.helpers import helm_charts, kubernetes_objects, nodegroup, of_type, only, resolve, stack_of
+from tests.helpers import (
+    helm_charts,
+    kubernetes_objects,
+    nodegroup,
+    of_type,
+    only,
+    resolve,
+    stack_of,
+    without_prune_label,
+)
 
 EXACT_CHART_VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 EXACT_ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
@@ -185,7 +194,7 @@ def test_kuberay_operator_on_system_nodes_in_its_namespace(resources: dict[str, 
     assert {namespace_id, system_id} <= set(props["DependsOn"])
 
 
-# Namespaces applied by CDK are the ones the cdk8s chart emits.
+# Namespaces applied by CDK are the ones the cdk8s chart emits, each with the same NetworkPolicies in its manifest.
 
 
 def test_cdk_namespaces_equal_the_cdk8s_ones(resources: dict[str, Any], env_name: str) -> None:
@@ -194,18 +203,30 @@ def test_cdk_namespaces_equal_the_cdk8s_ones(resources: dict[str, Any], env_name
     from k8s.charts.namespaces import NamespacesChart
 
     applied = {
-        objs[0]["metadata"]["name"]: objs[0]
+        objs[0]["metadata"]["name"]: objs
         for objs in kubernetes_objects(resources[env_name]).values()
         if objs[0]["kind"] == "Namespace"
     }
-    chart = NamespacesChart(cdk8s.Testing.app(), "ns", environment=env_name, namespaces=TRAINING_NAMESPACES)
-    for emitted in cdk8s.Testing.synth(chart):
-        cdk_side = applied[emitted["metadata"]["name"]]
+    chart = NamespacesChart(
+        cdk8s.Testing.app(),
+        "ns",
+        environment=env_name,
+        namespaces=TRAINING_NAMESPACES,
+        vpc_cidr=ENVIRONMENTS[env_name].network.cidr,
+    )
+    emitted = cdk8s.Testing.synth(chart)
+    for namespace in (o for o in emitted if o["kind"] == "Namespace"):
+        name = namespace["metadata"]["name"]
+        cdk_side, *cdk_policies = applied[name]
         labels = {k: v for k, v in cdk_side["metadata"]["labels"].items() if not k.startswith("aws.cdk.eks/prune")}
-        assert labels == emitted["metadata"]["labels"]
-        assert cdk_side["metadata"]["annotations"] == emitted["metadata"]["annotations"]
+        assert labels == namespace["metadata"]["labels"]
+        assert cdk_side["metadata"]["annotations"] == namespace["metadata"]["annotations"]
+        policies = [o for o in emitted if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == name]
+        assert policies
+        assert [without_prune_label(p) for p in cdk_policies] == policies
     assert KUBERAY.name in applied
-    assert applied[KUBERAY.name]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert applied[KUBERAY.name][0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert [p["metadata"]["name"] for p in applied[KUBERAY.name][1:]] == ["default-deny-ingress"]
 
 
 # FSx for Lustre checkpoint storage.

@@ -14,7 +14,7 @@ from infra.spec.namespaces import TRAINING_NAMESPACES
 from infra.spec.versions import HELM_CHARTS, KUEUE_VERSION
 from k8s.queueing import queue_objects
 from tests.conftest import ROOT
-from tests.helpers import helm_charts, kubernetes_objects, nodegroup
+from tests.helpers import helm_charts, kubernetes_objects, nodegroup, without_prune_label
 
 
 def _manifest_id(template: dict[str, Any], kind: str, name: str) -> str:
@@ -95,7 +95,7 @@ def test_queues_applied_after_the_chart_and_the_workload_namespaces(
     assert len(applied) == 1
     queues_id, objects = applied[0]
     assert queues_id in template["Resources"]
-    assert [_without_prune_label(o) for o in objects] == queue_objects(environment)
+    assert [without_prune_label(o) for o in objects] == queue_objects(environment)
     assert {o["metadata"]["name"] for o in objects if o["kind"] == "ClusterQueue"} == {
         f"gpu-{g.name}" for g in environment.gpu_node_groups
     }
@@ -103,11 +103,6 @@ def test_queues_applied_after_the_chart_and_the_workload_namespaces(
     assert helm_charts(template)["kueue"]["LogicalId"] in depends
     for ns in TRAINING_NAMESPACES:
         assert _manifest_id(template, "Namespace", ns.name) in depends
-
-
-def _without_prune_label(obj: dict[str, Any]) -> dict[str, Any]:
-    labels = {k: v for k, v in obj["metadata"].get("labels", {}).items() if not k.startswith("aws.cdk.eks/prune")}
-    return {**obj, "metadata": {**obj["metadata"], "labels": labels}}
 
 
 def test_ray_integrations_only_with_the_kuberay_operator() -> None:

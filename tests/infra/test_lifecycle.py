@@ -66,7 +66,7 @@ def test_workload_namespaces_depend_on_the_kueue_and_kuberay_charts(
     namespaces = {
         objects[0]["metadata"]["name"]: logical_id
         for logical_id, objects in kubernetes_objects(platform).items()
-        if len(objects) == 1 and objects[0]["kind"] == "Namespace"
+        if objects[0]["kind"] == "Namespace"
     }
     for spec in TRAINING_NAMESPACES:
         after = _depends_closure(platform, namespaces[spec.name])

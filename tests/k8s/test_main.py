@@ -36,19 +36,20 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
     for env in ENVIRONMENTS:
         kinds = _kinds(dist / env)
         assert set(kinds) == EXPECTED_FILES
-        assert kinds["ray-cluster.k8s.yaml"] == ["RayCluster"]
-        assert kinds["ray-finetune.k8s.yaml"] == ["RayJob"]
+        # Each workload with its NetworkPolicies (infra/spec/network_policies.py): a Ray workload's two, a Job's one.
+        assert kinds["ray-cluster.k8s.yaml"] == ["RayCluster", "NetworkPolicy", "NetworkPolicy"]
+        assert kinds["ray-finetune.k8s.yaml"] == ["RayJob", "NetworkPolicy", "NetworkPolicy"]
         assert kinds["training-code.k8s.yaml"] == ["ConfigMap"] * 4  # two per namespace (the fabric tools apart)
         groups = len(ENVIRONMENTS[env].gpu_node_groups)
         # The check and the A/B job apart (issue 17 #5): each takes every node of a two-node group.
         for kind in ("check", "ab"):
-            assert sorted(kinds[f"fabric-{kind}.k8s.yaml"]) == sorted(["Service", "Job"] * groups)
-        assert kinds["nvrx-fsdp.k8s.yaml"] == ["Service", "Job"]
+            assert sorted(kinds[f"fabric-{kind}.k8s.yaml"]) == sorted(["Service", "Job", "NetworkPolicy"] * groups)
+        assert kinds["nvrx-fsdp.k8s.yaml"] == ["Service", "Job", "NetworkPolicy"]
         # The namespaces and, with them, the fabric gate (k8s/charts/fabric_gate.py): the gated pods' identity in
         # each workload namespace, the controller's (a Role in each, one in default for the Nodes' Events, a
         # ClusterRole), its policy, code, config and Deployment.
         assert sorted(kinds["namespaces.k8s.yaml"]) == sorted(
-            ["Namespace"] * 3
+            ["Namespace", "NetworkPolicy"] * 3
             + ["ServiceAccount", "Role", "RoleBinding"] * 2
             + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
             + ["Role", "RoleBinding"] * 3

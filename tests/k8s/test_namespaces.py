@@ -13,8 +13,10 @@ from tests.k8s.schema import validate_core
 
 
 def _synth(namespaces: tuple[NamespaceSpec, ...] = TRAINING_NAMESPACES) -> list[dict[str, object]]:
-    chart = NamespacesChart(cdk8s.Testing.app(), "ns", environment="dev", namespaces=namespaces)
-    return list(cdk8s.Testing.synth(chart))
+    chart = NamespacesChart(
+        cdk8s.Testing.app(), "ns", environment="dev", namespaces=namespaces, vpc_cidr="10.10.0.0/16"
+    )
+    return [m for m in cdk8s.Testing.synth(chart) if m["kind"] == "Namespace"]
 
 
 def test_one_namespace_per_spec_with_pod_security_labels() -> None:

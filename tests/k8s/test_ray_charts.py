@@ -29,10 +29,15 @@ LOCK = ImageLock.load().with_digest("ray-train", DIGEST)
 PINNED = f"public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0@{DIGEST}"
 
 
+def _ray_objects(objects: list[Any]) -> list[dict[str, Any]]:
+    """The RayCluster or RayJob of a chart, without its NetworkPolicies (tests/k8s/test_network_policies.py)."""
+    return [o for o in objects if o["kind"] in ("RayCluster", "RayJob")]
+
+
 @functools.cache
 def _cluster_cached(env: str) -> str:
     chart = RayClusterChart(cdk8s.Testing.app(), "rc", environment=ENVIRONMENTS[env], lock=LOCK)
-    (obj,) = cdk8s.Testing.synth(chart)
+    (obj,) = _ray_objects(cdk8s.Testing.synth(chart))
     return json.dumps(obj)
 
 
@@ -40,7 +45,7 @@ def _cluster(env: str = "dev", lock: ImageLock = LOCK) -> dict[str, Any]:
     """Synthesized once per environment (jsii is slow); each caller gets its own copy."""
     if lock is not LOCK:
         chart = RayClusterChart(cdk8s.Testing.app(), "rc", environment=ENVIRONMENTS[env], lock=lock)
-        (obj,) = cdk8s.Testing.synth(chart)
+        (obj,) = _ray_objects(cdk8s.Testing.synth(chart))
         return dict(obj)
     loaded: dict[str, Any] = json.loads(_cluster_cached(env))
     return loaded
@@ -50,7 +55,7 @@ def _job(env: str = "dev", job: RayFinetuneJob | None = None, **kwargs: Any) -> 
     chart = RayJobChart(
         cdk8s.Testing.app(), "rj", environment=ENVIRONMENTS[env], lock=LOCK, job=job or RayFinetuneJob(), **kwargs
     )
-    (obj,) = cdk8s.Testing.synth(chart)
+    (obj,) = _ray_objects(cdk8s.Testing.synth(chart))
     return dict(obj)
 
 
@@ -145,7 +150,7 @@ def test_long_lived_cluster_on_another_group_and_named_for_trainctl() -> None:
     chart = RayClusterChart(
         cdk8s.Testing.app(), "rc", environment=ENVIRONMENTS["prod"], lock=LOCK, cluster=RayClusterConfig(gpu_group="g6")
     )
-    (obj,) = cdk8s.Testing.synth(chart)
+    (obj,) = _ray_objects(cdk8s.Testing.synth(chart))
     assert obj["metadata"]["name"] == "training"  # trainctl/eks_auth.py RAY_CLUSTER
     assert obj["metadata"]["labels"]["platform/gpu-group"] == "g6"
     assert [g["groupName"] for g in obj["spec"]["workerGroupSpecs"]] == ["g6"]
