@@ -35,7 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.spec.namespaces import KUBERAY
+from infra.spec.network_policies import KUBERAY_OPERATOR_PODS
 from rehearse import policy_routes
+from rehearse.errors import RehearsalError
 from rehearse.network import Network
 from rehearse.network_policy import Endpoint, Policies, endpoint_of
 from rehearse.policy_routes import rules_toward
@@ -199,6 +202,15 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 
 
 _FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+# The KubeRay operator's pod, as NetworkPolicies see it: KubeRay reads each head's dashboard from there (through
+# the head's Service; the rehearsal reads it from inside the head's network namespace and asks the policies first).
+KUBERAY_OPERATOR = Endpoint("kuberay-operator", KUBERAY.name, dict(KUBERAY_OPERATOR_PODS))
+
+
+class PolicyDeniedError(RehearsalError):
+    """The run's NetworkPolicies stop a controller the rehearsal plays from reaching a pod it must reach."""
 
 
 class Runtime:
@@ -642,6 +654,14 @@ class Runtime:
         """GET the Ray head's dashboard API from inside the head pod's network namespace."""
         if head.process is None or not head.running:
             return None
+        if self.policies and not self.policies.reaches(KUBERAY_OPERATOR, self.endpoint(head), RAY_DASHBOARD_PORT):
+            raise PolicyDeniedError(
+                f"NetworkPolicy: no policy of namespace {head.plan.namespace} admits the KubeRay operator "
+                f"({KUBERAY.name}, labels {dict(KUBERAY_OPERATOR_PODS)}) to the Ray head {head.name} on TCP "
+                f"{RAY_DASHBOARD_PORT}: KubeRay reads job status and node health from the dashboard, so the cluster "
+                "would never be ready and the RayJob never start; fix: admit it (infra/spec/network_policies.py "
+                "ray_workload)"
+            )
         url = f"http://{'127.0.0.1' if self.network.isolated else head.address}:{RAY_DASHBOARD_PORT}/{path}"
         code = (
             f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())"

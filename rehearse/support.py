@@ -92,7 +92,6 @@ INFRA_KINDS: dict[str, str] = {
     "ConfigMap": "honoured: data as files (configMap volumes) and env (configMapKeyRef, envFrom)",
     "Service": "honoured: pod and Service DNS names in each pod's /etc/hosts (no ClusterIP, no kube-proxy)",
     "PersistentVolumeClaim": "honoured: one directory per claim, shared by every pod that mounts it",
-    "NetworkPolicy": "accepted, not enforced (every pod of a rehearsal reaches every other)",
     "PersistentVolume": "accepted (claims are directories here; with --env its node affinity binds the pods)",
     "StorageClass": "accepted (claims are directories here)",
     "Secret": "accepted as data; secret env and volumes are refused per field",

@@ -347,7 +347,8 @@ def test_ray_pods_and_the_submitter_carry_kuberays_labels_which_network_policies
     w = rehearse_fake([job], runtime_with_ray(0)).workload("labelled")
     head = next(p for p in w.pods if p.labels.get("ray.io/node-type") == "head")
     cluster = head.labels["ray.io/cluster"]
-    assert cluster.startswith("labelled-") and cluster != "mine"
+    assert cluster.startswith("labelled-")
+    assert cluster != "mine"
     assert head.labels == {
         "ray.io/is-ray-node": "yes",
         "ray.io/identifier": f"{cluster}-head",

@@ -3,12 +3,16 @@ hand-written policies: the API's semantics, without processes (test_harness.py e
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rehearse.admission import InputError, admit
+from rehearse.network import LoopbackNetwork
 from rehearse.network_policy import EVERY_PORT, Endpoint, Policies, PortRange
+from rehearse.pods import PodPlan, PolicyDeniedError, Runtime
 from rehearse.policy_routes import rules_toward
 
 
@@ -161,3 +165,32 @@ def test_egress_policies_are_refused_before_anything_runs() -> None:
     with pytest.raises(InputError, match=r"NetworkPolicy/p: spec.policyTypes Egress"):
         admit([egress, job], ["f.yaml", "f.yaml"])
     assert admit([DEFAULT_DENY, job], ["f.yaml", "f.yaml"]).objects[0] == DEFAULT_DENY
+
+
+def test_a_head_whose_policies_shut_out_the_kuberay_operator_stops_the_run_naming_the_policy(tmp_path: Path) -> None:
+    head_labels = {"ray.io/node-type": "head", "platform/workload": "w"}
+    submitter_only = policy(
+        "ray",
+        {"matchLabels": head_labels},
+        [
+            {
+                "from": [{"podSelector": {"matchLabels": {"ray.io/originated-from-crd": "RayJob"}}}],
+                "ports": [{"port": 8265}],
+            }
+        ],
+    )
+    spec = {"containers": [{"name": "ray-head", "image": "i"}]}
+    for policies, denied in ((Policies.of([submitter_only]), True), (Policies.of([]), False)):
+        runtime = Runtime(
+            output_dir=tmp_path / str(denied), network=LoopbackNetwork(), configmaps={}, services=[], policies=policies
+        )
+        head = runtime.create(
+            PodPlan(name="w-head", namespace="ray", spec=spec, workload="RayCluster/w", labels=head_labels)
+        )
+        head.process = subprocess.Popen(["true"])
+        head.process.wait()
+        if denied:
+            with pytest.raises(PolicyDeniedError, match=r"admits the KubeRay operator .* on TCP 8265"):
+                runtime.dashboard_get(head, "nodes")
+        else:
+            assert runtime.dashboard_get(head, "nodes") is None  # asked, and nothing answers
