@@ -1,4 +1,6 @@
-"""Training namespaces with Pod Security Standards labels pinned to the cluster version."""
+"""Training namespaces with Pod Security Standards labels pinned to the cluster version, and the admission policy
+that holds the pods of those enforcing Privileged (only to admit a named capability) to Baseline plus that
+capability (k8s/charts/pod_security.py): in the same file, so no apply step can create one without the other."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import cdk8s_plus_36 as kplus
 from constructs import Construct
 
 from infra.spec.namespaces import NamespaceSpec, namespace_manifest
+from k8s.charts.pod_security import PodSecurityPolicies
 
 
 class NamespacesChart(cdk8s.Chart):
@@ -24,3 +27,4 @@ class NamespacesChart(cdk8s.Chart):
                     name=metadata["name"], labels=metadata["labels"], annotations=metadata["annotations"]
                 ),
             )
+        PodSecurityPolicies(self, "pod-security", namespaces=namespaces)
