@@ -153,5 +153,11 @@ def rehearse_fake(
     opts = Options(clock=runtime.clock, **options)
     prepared = prepare(manifests, opts)
     return drive(
-        prepared.controllers, runtime, opts, output_dir=Path("/nonexistent/fake"), network="fake", notes=prepared.notes
+        prepared.controllers,
+        runtime,
+        opts,
+        output_dir=Path("/nonexistent/fake"),
+        network="fake",
+        notes=prepared.notes,
+        pod_admission=prepared.pod_admission,
     )

@@ -5,6 +5,10 @@ and started when admitted; evictions it asks for suspend their workloads; `--kil
 their pods (DisruptionTarget); ended pods go to their controller; Pending pods are offered to the
 `Placement` seam again; every controller ticks (replacements, deadlines, probes).
 
+Every pod a controller creates is first judged by the files' ValidatingAdmissionPolicies that match Pod CREATE
+(rehearse/pod_admission.py); a denied pod is not created, and its workload ends there with state FailedCreate and
+the API server's answer (on a cluster its controller would retry the same denied create forever).
+
 When the run ends: when every finite workload (Job, RayJob) is done and every long-lived one (a RayCluster, a
 Deployment: no end of their own) is Ready or has failed; the long-lived ones are then stopped with the state they
 reached (a RayCluster or Deployment that became Ready is reported Ready). `--timeout` ends it earlier, a
@@ -30,6 +34,7 @@ from rehearse.network_policy import Policies
 from rehearse.options import Kill, Options
 from rehearse.outcome import Rehearsal, outcome
 from rehearse.platform import check_platform
+from rehearse.pod_admission import PodAdmission, PodDeniedError
 from rehearse.pods import Pod, PodPlan, PodSetupError, Runtime
 from rehearse.ranks import ranks_per_pod
 from rehearse.seams import Clock, NodeLoss, Pending, Placement, WorkloadRef
@@ -67,6 +72,8 @@ class Scheduler:
     backend: Backend
     placement: Placement
     log: Callable[[str], None] = lambda _: None
+    # The files' admission policies for Pod CREATE (None: every pod is created).
+    pod_admission: PodAdmission | None = None
     pending: list[Pod] = field(default_factory=list)
     launched: list[Pod] = field(default_factory=list)
     deleted: list[Pod] = field(default_factory=list)
@@ -79,6 +86,8 @@ class Scheduler:
             self.backend.services.append(service)
 
     def start(self, plan: PodPlan) -> Pod:
+        if self.pod_admission is not None:
+            self.pod_admission.check(plan)  # PodDeniedError: nothing of the pod exists
         pod = self.backend.create(plan)
         if not self._place(pod):
             self.pending.append(pod)
@@ -128,6 +137,7 @@ def _node_loss(
     elapsed: float,
     notes: list[str],
     log: Callable[[str], None],
+    judged: Callable[..., None],
 ) -> None:
     """Pods on lost nodes die at once and stay until evicted; evicted pods go to their controller."""
     loss.arm(lambda path: (output_dir / path).exists(), elapsed)
@@ -143,7 +153,8 @@ def _node_loss(
         log(f"pod {evicted.name} evicted from lost node {evicted.node} at {elapsed:.1f} s ({reason})")
         api.kill(evicted, disruption=reason)
         if evicted.name in owner:
-            owner[evicted.name].on_pod_end(api, evicted)
+            c = owner[evicted.name]
+            judged(c, c.on_pod_end, api, evicted)
 
 
 def ref(c: Controller) -> WorkloadRef:
@@ -158,11 +169,12 @@ def drive(
     output_dir: Path,
     network: str,
     notes: list[str],
+    pod_admission: PodAdmission | None = None,
 ) -> Rehearsal:
     """Runs `controllers` on `backend` to the end of the run (see the module doc); the caller closes the backend."""
     clock = backend.clock
     log: Callable[[str], None] = options.log or (lambda _: None)
-    api = Scheduler(backend, options.placement, log)
+    api = Scheduler(backend, options.placement, log, pod_admission)
     if options.api is not None:
         options.api.attach(controllers, backend.pods)
     admission = options.admission
@@ -174,6 +186,35 @@ def drive(
     kill_clock: dict[Kill, float] = {}
     owner: dict[str, Controller] = {}
     finite = [c for c in controllers if not c.long_lived]
+    # Workloads a pod of which the admission policies denied: the API server's answer.
+    denied: dict[int, str] = {}
+
+    def finished(c: Controller) -> bool:
+        return c.done or id(c) in denied
+
+    def judged(c: Controller, step: Callable[..., None], *args: Any) -> None:
+        """Runs a step of `c`'s controller; a pod create the policies deny ends the workload (FailedCreate)."""
+        if id(c) in denied:
+            return
+        before = set(backend.pods)
+        try:
+            step(*args)
+        except PodDeniedError as denial:
+            denied[id(c)] = denial.message
+            at = clock.now() - started
+            log(f"{c.kind}/{c.name}: FailedCreate: {denial.message}")
+            c.notes.append(
+                f"FailedCreate at {at:.1f} s: {denial.message}. On a cluster its controller retries the create "
+                "(Warning FailedCreate events) and the policy denies it again: the workload never runs; the "
+                "rehearsal ends it here"
+            )
+            # Pods the step created before the denied one, which the controller had not recorded yet.
+            for name in set(backend.pods) - before:
+                pod = backend.pods[name]
+                if pod.running and pod not in c.pods:
+                    pod.deleted_by_controller = True
+                    api.kill(pod)
+            c.stop(api, "a pod create was denied")
 
     def owners() -> None:
         for c in controllers:
@@ -188,8 +229,8 @@ def drive(
     def run_ended() -> bool:
         # A long-lived workload still coming up (a RayCluster whose head the kubelet restarts in place) is waited
         # for: stopping it when the finite ones end would report NotReady what KubeRay brings to Ready.
-        return all(c.done for c in finite) and all(
-            c.done or bool(getattr(c, "ready", False)) for c in controllers if c.long_lived
+        return all(finished(c) for c in finite) and all(
+            finished(c) or bool(getattr(c, "ready", False)) for c in controllers if c.long_lived
         )
 
     while True:
@@ -197,25 +238,25 @@ def drive(
         if elapsed > options.timeout_s:
             notes.append(f"timed out after {options.timeout_s:g} s; running pods were killed")
             for c in controllers:
-                if c.long_lived and not c.done and id(c) in admitted:
+                if c.long_lived and not finished(c) and id(c) in admitted:
                     c.stop(api, f"the run timed out after {options.timeout_s:g} s")
             break
         for c in controllers:
-            if id(c) in admitted or c.done:
+            if id(c) in admitted or finished(c):
                 continue
             answer = admission.admit(ref(c))
             if answer is True:
                 admitted.add(id(c))
                 waiting.pop(id(c), None)
                 try:
-                    c.start(api)
+                    judged(c, c.start, api)
                 except PodSetupError as exc:
                     raise RehearsalError(str(exc)) from exc
             else:
                 waiting[id(c)] = answer.reason if isinstance(answer, Pending) else "not admitted"
         for workload, reason in admission.evictions():
             for c in controllers:
-                if ref(c) == workload and id(c) in admitted and not c.done:
+                if ref(c) == workload and id(c) in admitted and not finished(c):
                     log(f"{c.kind}/{c.name} evicted: {reason}")
                     c.notes.append(f"evicted at {elapsed:.1f} s: {reason}; suspended and requeued")
                     owners()
@@ -243,18 +284,20 @@ def drive(
             log(f"killing pod {target.name} at {elapsed:.1f} s (DisruptionTarget)")
             notes.append(f"killed pod {target.name} at {elapsed:.1f} s")
             api.kill(target, disruption="DeletionByPodGC")
-            owner[target.name].on_pod_end(api, target)
+            killed = owner[target.name]
+            judged(killed, killed.on_pod_end, api, target)
         if isinstance(options.placement, NodeLoss):
-            _node_loss(options.placement, output_dir, backend, api, owner, clock.now() - started, notes, log)
+            _node_loss(options.placement, output_dir, backend, api, owner, clock.now() - started, notes, log, judged)
         for pod in backend.poll():
             log(f"pod {pod.name} ended: {pod.phase} {pod.exit_codes}")
             options.placement.release(pod)
             pod_gone(pod)
-            owner[pod.name].on_pod_end(api, pod)
+            ended = owner[pod.name]
+            judged(ended, ended.on_pod_end, api, pod)
         api.retry_pending()
         for c in controllers:
-            if id(c) in admitted:
-                c.tick(api)
+            if id(c) in admitted and id(c) not in denied:
+                judged(c, c.tick, api)
         owners()
         for pod in api.launched:
             if pod.name in owner:
@@ -264,22 +307,25 @@ def drive(
             pod_gone(pod)
         api.deleted.clear()
         for c in controllers:
-            if c.done and id(c) not in reported:
+            if finished(c) and id(c) not in reported:
                 reported.add(id(c))
-                admission.workload_finished(ref(c), c.state()[0])
+                # A denied workload's quota is released: on a cluster Kueue's waitForPodsReady would evict it.
+                admission.workload_finished(ref(c), "FailedCreate" if id(c) in denied else c.state()[0])
         problem = options.api.unemulated() if options.api is not None else None
         if problem is not None:
             raise RehearsalError(problem)
         if run_ended():
             for c in controllers:
-                if not c.done:
+                if not finished(c):
                     c.stop(api, "the run ended" if finite else "Ready: nothing else in the run")
             break
         clock.sleep(options.tick_s)
     now = clock.now()
     outcomes = [outcome(c, now, started) for c in controllers]
     for c, o in zip(controllers, outcomes, strict=True):
-        if o.state in ("Running", "Pending", "Initializing"):
+        if id(c) in denied:
+            o.state, o.message = "FailedCreate", denied[id(c)]
+        elif o.state in ("Running", "Pending", "Initializing"):
             if id(c) in waiting:
                 o.message = f"not admitted: {waiting[id(c)]}"
             o.state = "Timeout"
@@ -299,6 +345,8 @@ class Prepared:
     services: list[dict[str, Any]]
     notes: list[str]
     policies: Policies = field(default_factory=Policies)
+    # The files' ValidatingAdmissionPolicies that judge the pods the controllers create.
+    pod_admission: PodAdmission | None = None
 
 
 def _namespaced(obj: dict[str, Any]) -> dict[str, Any]:
@@ -329,11 +377,16 @@ def prepare(manifests: Sequence[dict[str, Any]], options: Options) -> Prepared:
     if options.ranks_per_pod is not None:
         objects = copy.deepcopy(objects)
         rewrites = [note for o in objects for note in ranks_per_pod(o, options.ranks_per_pod)]
+    pod_admission = PodAdmission(objects)
+    judging = {("ValidatingAdmissionPolicy", p.name) for p in pod_admission.judging}
+    judging |= {("ValidatingAdmissionPolicyBinding", p.binding) for p in pod_admission.judging}
     notes = rewrites + [
         f"skipped {o['kind']}/{o['metadata'].get('name')}: not run by the rehearsal"
         for o in objects
         if o["kind"] not in (*WORKLOAD_KINDS, *HONOURED_KINDS, "Namespace")
+        and (o["kind"], o["metadata"].get("name")) not in judging
     ]
+    notes += pod_admission.notes()
     workloads = [o for o in objects if o["kind"] in WORKLOAD_KINDS]
     if not workloads:
         raise RehearsalError("nothing to rehearse: no Job, RayJob, RayCluster or Deployment in the files")
@@ -351,7 +404,12 @@ def prepare(manifests: Sequence[dict[str, Any]], options: Options) -> Prepared:
     for c in controllers:
         services += list(getattr(c, "services", []))
     return Prepared(
-        controllers=controllers, configmaps=configmaps, services=services, notes=notes, policies=Policies.of(objects)
+        controllers=controllers,
+        configmaps=configmaps,
+        services=services,
+        notes=notes,
+        policies=Policies.of(objects),
+        pod_admission=pod_admission,
     )
 
 
@@ -396,7 +454,15 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
     try:
         if options.api is not None:
             options.api.start(network)
-        return drive(prepared.controllers, runtime, options, output_dir=output_dir, network=network.kind, notes=notes)
+        return drive(
+            prepared.controllers,
+            runtime,
+            options,
+            output_dir=output_dir,
+            network=network.kind,
+            notes=notes,
+            pod_admission=prepared.pod_admission,
+        )
     finally:
         runtime.close()
         if options.api is not None:

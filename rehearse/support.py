@@ -100,8 +100,10 @@ INFRA_KINDS: dict[str, str] = {
     "RoleBinding": f"accepted; {API}: authorizes the pods' requests",
     "ClusterRole": f"accepted; {API}: authorizes the pods' requests (aggregationRule refused)",
     "ClusterRoleBinding": f"accepted; {API}: authorizes the pods' requests",
-    "ValidatingAdmissionPolicy": f"accepted; {API}: admits node updates (resourceRules, matchConditions, validations)",
-    "ValidatingAdmissionPolicyBinding": f"accepted; {API}: validationActions Deny",
+    "ValidatingAdmissionPolicy": "honoured (resourceRules, namespaceSelector, matchConditions, validations): judges "
+    "every pod the controllers create, a denied pod not created and its workload ended FailedCreate "
+    f"(rehearse/pod_admission.py); {API}: admits node updates",
+    "ValidatingAdmissionPolicyBinding": "honoured: validationActions Deny, matchResources.namespaceSelector",
     "PriorityClass": "accepted (no preemption: every pod runs)",
     "PodDisruptionBudget": "accepted (no voluntary evictions here)",
     "NetworkPolicy": (

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.spec.errors import ConfigError
+from infra.spec.pod_security import BASELINE_CAPABILITIES, IPC_LOCK
 from infra.spec.versions import POD_SECURITY_VERSION
 
 PSS_LEVELS = ("privileged", "baseline", "restricted")
@@ -23,6 +24,11 @@ class NamespaceSpec:
     enforce: str
     # What it reports (kubectl warnings, audit annotations) without rejecting.
     warn: str
+    # Capabilities beyond Baseline's list its pods may add. Pod Security Admission has no per-capability exception
+    # (and EKS exposes no exemptions), so a namespace that needs one enforces Privileged, and the admission policy
+    # emitted with the namespaces (k8s/charts/pod_security.py) holds its pods to Baseline plus these and nothing
+    # else. Privileged is enforced only so: with no capabilities here, it is refused.
+    capabilities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for field, level in (("enforce", self.enforce), ("warn", self.warn)):
@@ -34,6 +40,27 @@ class NamespaceSpec:
                 self.warn,
                 f"a level at least as strict as enforce ({self.enforce})",
             )
+        field = f"namespaces[{self.name}].capabilities"
+        if (self.enforce == "privileged") != bool(self.capabilities):
+            raise ConfigError(
+                field,
+                self.capabilities,
+                "capabilities exactly when enforce is privileged",
+                "enforce baseline (or restricted) when no capability beyond Baseline is needed; enforce privileged "
+                "only to add named capabilities, which the admission policy admits on top of Baseline",
+            )
+        odd = [
+            c
+            for c in self.capabilities
+            if not c.isupper() or c.startswith("CAP_") or c in BASELINE_CAPABILITIES or c == "ALL"
+        ]
+        if odd:
+            raise ConfigError(
+                field,
+                self.capabilities,
+                "Linux capability names as a container's capabilities.add spells them (upper case, no CAP_), "
+                f"none of Baseline's own ({', '.join(BASELINE_CAPABILITIES)}) and not ALL",
+            )
 
 
 # Ray GPU workers add IPC_LOCK, as the PyTorch/NVRx jobs and fabric checks do (below).
@@ -42,16 +69,20 @@ RAY = NamespaceSpec(
     purpose="RayCluster and RayJob for the Ray Train fine-tune",
     enforce="privileged",
     warn="baseline",
+    capabilities=(IPC_LOCK,),
 )
 
-# PyTorch/NVRx jobs and fabric checks add IPC_LOCK (EFA registers pinned memory with
-# the device), which Baseline does not allow; Privileged is enforced here, and
-# everything beyond Baseline is still reported as a warning and in the audit log.
+# PyTorch/NVRx jobs and fabric checks add IPC_LOCK (EFA registers pinned memory with the device), which Baseline
+# does not allow and Pod Security Admission cannot admit alone: Privileged is enforced here only for that, and the
+# admission policy emitted with the namespaces (k8s/charts/pod_security.py) denies every pod that is not Baseline
+# plus IPC_LOCK (hostPath, hostNetwork, privileged containers and the rest). What goes beyond Baseline (IPC_LOCK)
+# is still reported as a warning and in the audit log.
 TRAINING = NamespaceSpec(
     name="training",
     purpose="PyTorch FSDP jobs with NVRx, fabric checks",
     enforce="privileged",
     warn="baseline",
+    capabilities=(IPC_LOCK,),
 )
 
 # The KubeRay operator's own namespace (created by CDK before its Helm chart).

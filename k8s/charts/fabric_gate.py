@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import cdk8s
 from constructs import Construct
 
 from fabric_controller.config import ControllerConfig, GroupConfig
 from infra.spec import Environment
 from infra.spec.namespaces import RAY, TRAINING
 from infra.spec.scheduling import GPU_GROUP_LABEL, GPU_ROLE, ROLE_LABEL, SYSTEM_NODE_SELECTOR
+from k8s.charts.objects import ADMISSION, RBAC, api_object
 from k8s.images import ImageLock
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, gpu_quota
 from k8s.ray_spec import CONTAINER_SECURITY
@@ -115,33 +114,6 @@ def controller_username() -> str:
     return f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER}"
 
 
-RBAC = "rbac.authorization.k8s.io/v1"
-ADMISSION = "admissionregistration.k8s.io/v1"
-
-
-def _object(
-    scope: Construct,
-    construct_id: str,
-    api_version: str,
-    kind: str,
-    name: str,
-    namespace: str | None = None,
-    annotations: dict[str, str] | None = None,
-    **fields: Any,
-) -> cdk8s.ApiObject:
-    """An object with only a name (and namespace) in its metadata and `fields` at the top level."""
-    obj = cdk8s.ApiObject(
-        scope,
-        construct_id,
-        api_version=api_version,
-        kind=kind,
-        metadata=cdk8s.ApiObjectMetadata(name=name, namespace=namespace, annotations=annotations),
-    )
-    for key, value in fields.items():
-        obj.add_json_patch(cdk8s.JsonPatch.add(f"/{key}", value))
-    return obj
-
-
 def _role_ref(kind: str, name: str) -> dict[str, str]:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
 
@@ -212,9 +184,9 @@ class FabricGate(Construct):
     def _gated_pods(self, namespaces: tuple[str, ...]) -> None:
         verdicts = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]}]
         for namespace in namespaces:
-            _object(self, f"sa-{namespace}", "v1", "ServiceAccount", SERVICE_ACCOUNT, namespace)
-            _object(self, f"verdicts-{namespace}", RBAC, "Role", VERDICTS_ROLE, namespace, rules=verdicts)
-            _object(
+            api_object(self, f"sa-{namespace}", "v1", "ServiceAccount", SERVICE_ACCOUNT, namespace)
+            api_object(self, f"verdicts-{namespace}", RBAC, "Role", VERDICTS_ROLE, namespace, rules=verdicts)
+            api_object(
                 self,
                 f"verdicts-binding-{namespace}",
                 RBAC,
@@ -227,15 +199,15 @@ class FabricGate(Construct):
 
     def _controller_identity(self, config: ControllerConfig) -> None:
         me = [_account(CONTROLLER_NAMESPACE, CONTROLLER)]
-        _object(self, "controller-sa", "v1", "ServiceAccount", CONTROLLER, CONTROLLER_NAMESPACE)
+        api_object(self, "controller-sa", "v1", "ServiceAccount", CONTROLLER, CONTROLLER_NAMESPACE)
         queues = sorted(g.queue for g in config.groups.values())
         cluster_rules = [
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"]}
             | {"resourceNames": queues},
         ]
-        _object(self, "controller-cluster-role", RBAC, "ClusterRole", CONTROLLER, rules=cluster_rules)
-        _object(
+        api_object(self, "controller-cluster-role", RBAC, "ClusterRole", CONTROLLER, rules=cluster_rules)
+        api_object(
             self,
             "controller-cluster-binding",
             RBAC,
@@ -251,8 +223,8 @@ class FabricGate(Construct):
                 {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]},
                 {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
             ]
-            _object(self, f"controller-role-{namespace}", RBAC, "Role", CONTROLLER, namespace, rules=reads)
-            _object(
+            api_object(self, f"controller-role-{namespace}", RBAC, "Role", CONTROLLER, namespace, rules=reads)
+            api_object(
                 self,
                 f"controller-binding-{namespace}",
                 RBAC,
@@ -266,8 +238,8 @@ class FabricGate(Construct):
         # pkg/apis/core/validation/events.go legacyValidateEvent): `create` on events there and nothing else.
         ack = {"checkov.io/skip1": NODE_EVENTS_ACK}
         events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-        _object(self, "node-events", RBAC, "Role", CONTROLLER, NODE_EVENT_NAMESPACE, annotations=ack, rules=events)
-        _object(
+        api_object(self, "node-events", RBAC, "Role", CONTROLLER, NODE_EVENT_NAMESPACE, annotations=ack, rules=events)
+        api_object(
             self,
             "node-events-binding",
             RBAC,
@@ -290,15 +262,15 @@ class FabricGate(Construct):
             ],
             "validations": [{"expression": e, "message": m} for e, m in validations(tuple(sorted(config.groups)))],
         }
-        _object(self, "policy", ADMISSION, "ValidatingAdmissionPolicy", POLICY, spec=policy)
+        api_object(self, "policy", ADMISSION, "ValidatingAdmissionPolicy", POLICY, spec=policy)
         binding = {"policyName": POLICY, "validationActions": ["Deny"]}
-        _object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)
+        api_object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)
 
     def _controller(self, config: ControllerConfig, lock: ImageLock) -> None:
         code = controller_code()
-        _object(self, "code", "v1", "ConfigMap", CODE_CONFIGMAP, CONTROLLER_NAMESPACE, data=code)
+        api_object(self, "code", "v1", "ConfigMap", CODE_CONFIGMAP, CONTROLLER_NAMESPACE, data=code)
         data = {"config.json": json.dumps(config.to_json(), indent=2, sort_keys=True)}
-        _object(self, "config", "v1", "ConfigMap", CONFIG_CONFIGMAP, CONTROLLER_NAMESPACE, data=data)
+        api_object(self, "config", "v1", "ConfigMap", CONFIG_CONFIGMAP, CONTROLLER_NAMESPACE, data=data)
         items = [{"key": key, "path": key.replace("--", "/")} for key in sorted(code)]
         labels = {"app.kubernetes.io/name": CONTROLLER}
         container = {
@@ -343,4 +315,4 @@ class FabricGate(Construct):
         # checkov's CKV_K8S_38 asks why a token is mounted: this one is the controller's own, and it is what it is for.
         ack = {"checkov.io/skip1": CONTROLLER_TOKEN_ACK}
         namespace = CONTROLLER_NAMESPACE
-        _object(self, "deployment", "apps/v1", "Deployment", CONTROLLER, namespace, annotations=ack, spec=spec)
+        api_object(self, "deployment", "apps/v1", "Deployment", CONTROLLER, namespace, annotations=ack, spec=spec)

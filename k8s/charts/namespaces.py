@@ -1,6 +1,8 @@
 """Training namespaces with Pod Security Standards labels pinned to the cluster version, each followed by its
 NetworkPolicies (infra/spec/network_policies.py namespace_policies: the default deny, and what the control plane
-calls), so no apply of this file creates a namespace without them."""
+calls), and the admission policy that holds the pods of those enforcing Privileged (only to admit a named
+capability) to Baseline plus that capability (k8s/charts/pod_security.py): in the same file, so no apply of it
+creates a namespace without them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from constructs import Construct
 from infra.spec.namespaces import NamespaceSpec, namespace_manifest
 from infra.spec.network_policies import namespace_policies
 from k8s.charts.network_policies import add_policies
+from k8s.charts.pod_security import PodSecurityPolicies
 
 
 class NamespacesChart(cdk8s.Chart):
@@ -35,3 +38,4 @@ class NamespacesChart(cdk8s.Chart):
                 ),
             )
             add_policies(self, namespace_policies(spec, vpc_cidr=vpc_cidr))
+        PodSecurityPolicies(self, "pod-security", namespaces=namespaces)

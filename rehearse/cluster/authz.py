@@ -9,15 +9,21 @@ serves.
   (system:serviceaccounts, system:serviceaccounts:NS, system:authenticated). There is no default allow: the
   cluster's bootstrap roles grant a service account nothing on nodes or events. aggregationRule is refused.
 - ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1): a policy bound by a binding matches an operation on a
-  resource (matchConstraints.resourceRules) when its matchConditions hold (CEL over `request`); then every
-  validation's CEL over `object` and `oldObject` must hold, else the request is denied with the validation's
-  message (validationActions Deny; failurePolicy Fail also denies when an expression cannot be evaluated). Only
-  these fields are emulated; any other field of a policy or binding refuses the run (exit 2, naming it). CEL is
-  evaluated with cel-python (the same implementation tests/k8s/test_fabric_gate_rbac.py uses).
+  resource (matchConstraints.resourceRules) in a namespace whose labels match the policy's and the binding's
+  namespaceSelector (matchConstraints.namespaceSelector, matchResources.namespaceSelector: matchLabels and
+  matchExpressions In, NotIn, Exists, DoesNotExist over the Namespace objects of the files, each with the
+  kubernetes.io/metadata.name label the API server gives every namespace; a cluster-scoped resource is never skipped
+  by a namespaceSelector) when its matchConditions hold (CEL over `request`); then every validation's CEL over
+  `object` and `oldObject` must hold, else the request is denied with the validation's message (validationActions
+  Deny; failurePolicy Fail also denies when an expression cannot be evaluated). Only these fields are emulated; any
+  other field of a policy or binding refuses the run (exit 2, naming it). CEL is evaluated with cel-python (the same
+  implementation tests/k8s/test_fabric_gate_rbac.py uses). The API server judges node updates here; the pods the
+  controllers create are judged by rehearse/pod_admission.py with the same code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +33,11 @@ from rehearse.errors import RehearsalError
 RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 _POLICY_SPEC = {"failurePolicy", "matchConstraints", "matchConditions", "validations"}
-_BINDING_SPEC = {"policyName", "validationActions"}
+_BINDING_SPEC = {"policyName", "validationActions", "matchResources"}
 _RULE = {"apiGroups", "apiVersions", "operations", "resources"}
+_SELECTOR = {"matchLabels", "matchExpressions"}
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,38 @@ def _refuse_unknown(where: str, found: Iterable[str], allowed: set[str]) -> None
         )
 
 
+def _selector(where: str, selector: Any) -> Mapping[str, Any]:
+    """A label selector the rehearsal evaluates, or RehearsalError naming what it does not."""
+    selector = selector or {}
+    _refuse_unknown(where, selector, _SELECTOR)
+    for expression in selector.get("matchExpressions") or []:
+        _refuse_unknown(f"{where} matchExpressions", expression, {"key", "operator", "values"})
+        if expression.get("operator") not in _OPERATORS:
+            raise RehearsalError(
+                f"{where}: operator {expression.get('operator')!r} is not a label selector operator "
+                f"({', '.join(_OPERATORS)})"
+            )
+    return dict(selector)
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Kubernetes label selector semantics (apimachinery pkg/apis/meta/v1 LabelSelectorAsSelector): every
+    matchLabels pair and every expression must hold; an empty selector selects everything."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        present = key in labels
+        if (
+            (operator == "In" and not (present and labels[key] in values))
+            or (operator == "NotIn" and present and labels[key] in values)
+            or (operator == "Exists" and not present)
+            or (operator == "DoesNotExist" and present)
+        ):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str
@@ -130,12 +171,29 @@ class Policy:
     conditions: tuple[str, ...]
     validations: tuple[tuple[str, str], ...]
     fail_closed: bool
+    # The policy's and the binding's namespaceSelector (both must select the request's namespace).
+    namespace_selectors: tuple[Mapping[str, Any], ...] = ()
+
+    def matches(self, *, operation: str, group: str, version: str, resource: str) -> bool:
+        return any(
+            _matches(r.get("apiGroups"), group)
+            and _matches(r.get("apiVersions"), version)
+            and _matches(r.get("operations"), operation)
+            and _matches(r.get("resources"), resource)
+            for r in self.rules
+        )
 
 
 class Policies:
     def __init__(self, objects: Iterable[Mapping[str, Any]]) -> None:
         objects = list(objects)
         specs = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "ValidatingAdmissionPolicy"}
+        # Every namespace carries kubernetes.io/metadata.name (the NamespaceDefaultLabelName feature, GA in 1.22).
+        self.namespace_labels = {
+            o["metadata"]["name"]: {**(o["metadata"].get("labels") or {}), NAME_LABEL: o["metadata"]["name"]}
+            for o in objects
+            if o.get("kind") == "Namespace"
+        }
         self.policies: list[Policy] = []
         for binding in (o for o in objects if o.get("kind") == "ValidatingAdmissionPolicyBinding"):
             where = f"ValidatingAdmissionPolicyBinding/{binding['metadata']['name']}"
@@ -143,10 +201,14 @@ class Policies:
             _refuse_unknown(f"{where} spec", spec, _BINDING_SPEC)
             actions = spec.get("validationActions") or []
             _refuse_unknown(f"{where} validationActions", actions, {"Deny"})
+            match = spec.get("matchResources") or {}
+            _refuse_unknown(f"{where} spec.matchResources", match, {"namespaceSelector"})
+            selector = _selector(f"{where} spec.matchResources.namespaceSelector", match.get("namespaceSelector"))
             policy = specs.get(spec.get("policyName", ""))
             if policy is None:
                 raise RehearsalError(f"{where}: policy {spec.get('policyName')!r} is not in the files")
-            self.policies.append(self._policy(policy, binding["metadata"]["name"]))
+            found = self._policy(policy, binding["metadata"]["name"])
+            self.policies.append(dataclasses.replace(found, namespace_selectors=(*found.namespace_selectors, selector)))
         self._cel: Any = None
         self._programs: dict[str, Any] = {}
         if self.policies:
@@ -165,7 +227,8 @@ class Policies:
         spec = obj.get("spec") or {}
         _refuse_unknown(f"{where} spec", spec, _POLICY_SPEC)
         constraints = spec.get("matchConstraints") or {}
-        _refuse_unknown(f"{where} spec.matchConstraints", constraints, {"resourceRules"})
+        _refuse_unknown(f"{where} spec.matchConstraints", constraints, {"resourceRules", "namespaceSelector"})
+        selector = _selector(f"{where} spec.matchConstraints.namespaceSelector", constraints.get("namespaceSelector"))
         rules = tuple(constraints.get("resourceRules") or ())
         for rule in rules:
             _refuse_unknown(f"{where} resourceRules", rule, _RULE)
@@ -180,7 +243,11 @@ class Policies:
             conditions=tuple(c["expression"] for c in spec.get("matchConditions") or []),
             validations=tuple((v["expression"], v.get("message", "")) for v in spec.get("validations") or []),
             fail_closed=spec.get("failurePolicy", "Fail") == "Fail",
+            namespace_selectors=(selector,),
         )
+
+    def labels_of(self, namespace: str) -> dict[str, str]:
+        return self.namespace_labels.get(namespace) or {NAME_LABEL: namespace}
 
     def _evaluate(self, expression: str, activation: Mapping[str, Any]) -> bool:
         celpy = self._cel
@@ -204,17 +271,21 @@ class Policies:
         resource: str,
         obj: Mapping[str, Any],
         old: Mapping[str, Any] | None,
+        namespace: str = "",
     ) -> str | None:
-        """The denial text of the first policy that denies the request, or None."""
-        request = {"userInfo": {"username": user.name, "groups": list(user.groups)}, "operation": operation}
+        """The denial text of the first policy that denies the request, or None. `namespace`: the object's (empty
+        for a cluster-scoped resource)."""
+        request = {
+            "userInfo": {"username": user.name, "groups": list(user.groups)},
+            "operation": operation,
+            "namespace": namespace,
+            "subResource": "",
+        }
+        labels = self.labels_of(namespace) if namespace else {}
         for policy in self.policies:
-            if not any(
-                _matches(r.get("apiGroups"), group)
-                and _matches(r.get("apiVersions"), version)
-                and _matches(r.get("operations"), operation)
-                and _matches(r.get("resources"), resource)
-                for r in policy.rules
-            ):
+            if not policy.matches(operation=operation, group=group, version=version, resource=resource):
+                continue
+            if namespace and not all(selects(s, labels) for s in policy.namespace_selectors):
                 continue
             head = f"ValidatingAdmissionPolicy '{policy.name}' with binding '{policy.binding}' denied request"
             try:

@@ -198,6 +198,21 @@ def test_pod_security_warn_must_not_be_laxer_than_enforce() -> None:
         NamespaceSpec(name="x", purpose="", enforce="restricted", warn="baseline")
 
 
+def test_privileged_is_enforced_only_for_capabilities_the_admission_policy_holds_to_baseline_plus() -> None:
+    # Issue 38: Privileged admits hostPath, hostNetwork and privileged pods; a namespace enforces it only to admit
+    # named capabilities, which the ValidatingAdmissionPolicy (k8s/charts/pod_security.py) adds to Baseline.
+    with pytest.raises(ConfigError, match=r"namespaces\[x\].capabilities=\(\)"):
+        NamespaceSpec(name="x", purpose="", enforce="privileged", warn="baseline")
+    with pytest.raises(ConfigError, match=r"namespaces\[x\].capabilities=\('IPC_LOCK',\)"):
+        NamespaceSpec(name="x", purpose="", enforce="baseline", warn="baseline", capabilities=("IPC_LOCK",))
+    with pytest.raises(ConfigError, match=r"namespaces\[x\].capabilities=\('CHOWN',\)"):
+        NamespaceSpec(name="x", purpose="", enforce="privileged", warn="baseline", capabilities=("CHOWN",))
+    with pytest.raises(ConfigError, match=r"namespaces\[x\].capabilities=\('ipc_lock',\)"):
+        NamespaceSpec(name="x", purpose="", enforce="privileged", warn="baseline", capabilities=("ipc_lock",))
+    spec = NamespaceSpec(name="x", purpose="", enforce="privileged", warn="baseline", capabilities=("IPC_LOCK",))
+    assert spec.capabilities == ("IPC_LOCK",)
+
+
 # Address arithmetic (infra/spec/addressing.py documents the formula).
 
 

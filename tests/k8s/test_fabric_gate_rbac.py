@@ -16,7 +16,7 @@ from celpy.adapter import json_to_cel
 from fabric_controller.config import ControllerConfig
 from gates.manifests import check_objects
 from infra.spec import ENVIRONMENTS
-from k8s.charts.fabric_gate import CONTROLLER_SOURCES, ROOT, controller_config
+from k8s.charts.fabric_gate import CONTROLLER_SOURCES, POLICY, ROOT, controller_config
 from rehearse.manifests import yaml_documents
 from tests.k8s import cel
 from training.fabric_verdict import TAINT_KEY
@@ -107,7 +107,8 @@ def test_the_objects_pass_the_manifest_gate_and_the_1_36_schema(dist: Path, env:
 
 
 def policy(dist: Path) -> dict[str, Any]:
-    (vap,) = by_kind(objects(dist, "prod"), "ValidatingAdmissionPolicy")
+    # The node policy (the namespaces' file also holds the pod policy, k8s/charts/pod_security.py).
+    (vap,) = [d for d in by_kind(objects(dist, "prod"), "ValidatingAdmissionPolicy") if d["metadata"]["name"] == POLICY]
     return vap
 
 
@@ -117,7 +118,9 @@ def test_the_policy_matches_node_updates_by_the_controller_only_and_denies(dist:
     assert vap["spec"]["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
     ]
-    (binding,) = by_kind(objects(dist, "prod"), "ValidatingAdmissionPolicyBinding")
+    (binding,) = [
+        d for d in by_kind(objects(dist, "prod"), "ValidatingAdmissionPolicyBinding") if d["metadata"]["name"] == POLICY
+    ]
     assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
     (condition,) = vap["spec"]["matchConditions"]
     matches = cel.program(condition["expression"])

@@ -45,11 +45,13 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
         for kind in ("check", "ab"):
             assert sorted(kinds[f"fabric-{kind}.k8s.yaml"]) == sorted(["Service", "Job", "NetworkPolicy"] * groups)
         assert kinds["nvrx-fsdp.k8s.yaml"] == ["Service", "Job", "NetworkPolicy"]
-        # The namespaces and, with them, the fabric gate (k8s/charts/fabric_gate.py): the gated pods' identity in
-        # each workload namespace, the controller's (a Role in each, one in default for the Nodes' Events, a
+        # The namespaces with their NetworkPolicies and pod policy (k8s/charts/pod_security.py: Baseline plus
+        # IPC_LOCK) and, with them, the fabric gate (k8s/charts/fabric_gate.py): the gated pods' identity in each
+        # workload namespace, the controller's (a Role in each, one in default for the Nodes' Events, a
         # ClusterRole), its policy, code, config and Deployment.
         assert sorted(kinds["namespaces.k8s.yaml"]) == sorted(
             ["Namespace", "NetworkPolicy"] * 3
+            + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
             + ["ServiceAccount", "Role", "RoleBinding"] * 2
             + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
             + ["Role", "RoleBinding"] * 3

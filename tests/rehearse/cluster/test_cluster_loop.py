@@ -72,7 +72,13 @@ def rehearse(
     options, session = cluster_options(options, manifests, environment="dev", clock=runtime.clock, **cluster)
     prepared = prepare(manifests, options)
     result = drive(
-        prepared.controllers, runtime, options, output_dir=Path("/nonexistent"), network="fake", notes=prepared.notes
+        prepared.controllers,
+        runtime,
+        options,
+        output_dir=Path("/nonexistent"),
+        network="fake",
+        notes=prepared.notes,
+        pod_admission=prepared.pod_admission,
     )
     return annotate(result, session)
 

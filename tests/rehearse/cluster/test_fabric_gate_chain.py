@@ -135,7 +135,13 @@ def rehearse_chain(
     try:
         prepared = prepare(manifests, options)
         result = drive(
-            prepared.controllers, runtime, options, output_dir=Path("/nonexistent"), network="fake", notes=[]
+            prepared.controllers,
+            runtime,
+            options,
+            output_dir=Path("/nonexistent"),
+            network="fake",
+            notes=[],
+            pod_admission=prepared.pod_admission,
         )
         return annotate(result, session), session, session.api.report(), chains[0]
     finally:
