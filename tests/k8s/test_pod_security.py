@@ -31,7 +31,9 @@ WORKLOAD_NAMESPACES = {"ray", "training"}
 
 @functools.cache
 def _chart_objects() -> str:
-    chart = NamespacesChart(cdk8s.Testing.app(), "ns", environment="dev", namespaces=TRAINING_NAMESPACES)
+    chart = NamespacesChart(
+        cdk8s.Testing.app(), "ns", environment="dev", namespaces=TRAINING_NAMESPACES, vpc_cidr="10.10.0.0/16"
+    )
     return json.dumps(list(cdk8s.Testing.synth(chart)))
 
 

@@ -30,7 +30,9 @@ EFA: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop
 
 @functools.cache
 def _namespaces() -> str:
-    chart = NamespacesChart(cdk8s.Testing.app(), "ns", environment="dev", namespaces=TRAINING_NAMESPACES)
+    chart = NamespacesChart(
+        cdk8s.Testing.app(), "ns", environment="dev", namespaces=TRAINING_NAMESPACES, vpc_cidr="10.10.0.0/16"
+    )
     return json.dumps(list(cdk8s.Testing.synth(chart)))
 
 
