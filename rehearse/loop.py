@@ -436,6 +436,11 @@ def run(manifests: Sequence[dict[str, Any]], options: Options | None = None) -> 
     notes = list(prepared.notes)
     if fallback:
         notes.append(fallback)
+    if prepared.policies:
+        notes.append(
+            f"NetworkPolicy: {len(prepared.policies.policies)} enforced (ingress), as routing rules in each pod's "
+            "network namespace: a refused connection fails at once with EACCES where the cluster's would time out"
+        )
     runtime = Runtime(
         output_dir=output_dir,
         network=network,

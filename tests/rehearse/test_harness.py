@@ -481,6 +481,7 @@ def test_network_policies_admit_the_gang_and_the_admitted_port_and_refuse_a_stra
     log = refused.pod("stranger").log()
     assert "7000: [Errno 13] Permission denied" in log, log
     assert "7001: answer" in log, log
+    assert any(n.startswith("NetworkPolicy: 4 enforced (ingress)") for n in result.notes), result.notes
 
 
 def test_network_policies_are_refused_on_the_loopback_network(tmp_path: Path) -> None:
