@@ -174,8 +174,8 @@ _CLOUDWATCH_AGENT_ACKS: tuple[Acknowledgment, ...] = (
             rule=f"{IAM5}[Resource::arn:aws:logs:{env.region}:<AWS::AccountId>:log-group:{group}:*]",
             reason=(
                 f"The log streams of {group}, one of the agent's and Fluent Bit's own log groups: CreateLogStream and "
-                "PutLogEvents on streams named per node or by the EMF sender. The role writes no other log group (not "
-                "the control-plane group), which is what stops an EMF line from naming a foreign one."
+                "PutLogEvents on streams named per node (Fluent Bit per node and container log, the agent per node). "
+                "The role writes no other log group (not the control-plane group)."
             ),
         )
         for env in ENVIRONMENTS.values()

@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import Any
 
 from infra.spec import Environment, GpuNodeGroupConfig, InstanceType
-from infra.spec.metrics import EMF_AGENT_ENDPOINT
 from infra.spec.namespaces import RAY
 from infra.spec.network_policies import RAY_DASHBOARD_PORT, ray_workload_labels
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR, gpu_group_selector, gpu_toleration
@@ -21,7 +20,7 @@ from infra.spec.versions import RAY_VERSION
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.fabric_gate_spec import TOKEN_ACK, gate_env, gate_pod
 from k8s.images import ImageLock
-from training.emf import AGENT_ENDPOINT_ENV, INSTANCE_TYPE_ENV, JOB_NAME_ENV
+from training.emf import CONTAINER_LOG_ENV, CONTAINER_STDOUT, INSTANCE_TYPE_ENV, JOB_NAME_ENV
 
 RAY_IMAGE = "ray-train"
 CODE_CONFIGMAP = "training-code"
@@ -152,14 +151,16 @@ def gpu_pod_parts(group: GpuNodeGroupConfig, profile: FabricProfile = FabricProf
 RAY_LOG_ENV: Mapping[str, str] = MappingProxyType({"RAY_DEDUP_LOGS": "0"})
 
 
-def emf_env(environment: Environment, *, job_name: str, group: GpuNodeGroupConfig) -> dict[str, str]:
-    """What training/emf.py reads: the job and instance type its throughput lines carry (the alarms group by them),
-    and, where the environment runs the CloudWatch agent, the agent's EMF endpoint (stdout lines reach CloudWatch
-    Logs inside Fluent Bit's envelope, from which CloudWatch extracts no metrics)."""
-    env = {JOB_NAME_ENV: job_name, INSTANCE_TYPE_ENV: group.instance_type}
-    if environment.add_ons.observability:
-        env[AGENT_ENDPOINT_ENV] = EMF_AGENT_ENDPOINT
-    return env
+def emf_env(*, job_name: str, group: GpuNodeGroupConfig) -> dict[str, str]:
+    """What training/emf.py reads: the job and instance type its EMF lines carry (the alarms group by them). The lines
+    reach CloudWatch from the container's own log (the add-on's Fluent Bit reads the workload namespaces' container
+    logs: infra/addons/observability.py), so there is no endpoint to name."""
+    return {JOB_NAME_ENV: job_name, INSTANCE_TYPE_ENV: group.instance_type}
+
+
+# A Ray worker's training processes write to Ray's log files, not to the container's stdout: training/emf.py copies
+# each line to the container's stdout as well, where Fluent Bit reads it.
+RAY_WORKER_EMF_ENV: Mapping[str, str] = MappingProxyType({CONTAINER_LOG_ENV: CONTAINER_STDOUT})
 
 
 # The packages the Ray fine-tune imports, checked at each worker's start at the versions the lock records.
@@ -294,7 +295,7 @@ def worker_group(
                     "image": image,
                     "env": [
                         *parts.env,
-                        *env_list({**RAY_LOG_ENV, **emf_env(environment, job_name=job_name, group=group)}),
+                        *env_list({**RAY_LOG_ENV, **emf_env(job_name=job_name, group=group), **RAY_WORKER_EMF_ENV}),
                         *(gate_env() if gated else []),
                     ],
                     "resources": parts.resources,

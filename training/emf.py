@@ -6,17 +6,21 @@ CloudWatch_Embedded_Metric_Format_Specification.html): a JSON object whose `_aws
 `{Namespace, Dimensions: [[name, ...], ...], Metrics: [{Name, Unit}, ...]}`; every dimension and
 metric a directive names is a member at the root (dimension values strings, metric values numbers).
 
-How a line reaches CloudWatch. Container stdout is shipped by the add-on's Fluent Bit wrapped in a
-JSON envelope with Kubernetes metadata (a "log" field), and CloudWatch Logs extracts metrics only
-from an event that IS the EMF object ("The LogEvent message must be a valid JSON object with no
-additional data at the beginning or end"), so stdout alone produces no metric. The line is also
-sent to the CloudWatch agent's EMF endpoint: with `logs.metrics_collected.emf` in its configuration
-the agent listens on port 25888 TCP/UDP, and the amazon-cloudwatch-agent-operator opens that port on
-the agent's Service (`emf-tcp`/`emf-udp`, operator internal/manifests/collector/ports.go;
-infra/addons/observability.py turns it on). Pods name it in AWS_EMF_AGENT_ENDPOINT
-(tcp://cloudwatch-agent.amazon-cloudwatch:25888), the variable the aws-embedded-metrics libraries
-read; the agent writes each line to CloudWatch Logs, which extracts the metrics. Stdout keeps a copy
-for `kubectl logs` and for `trainctl goodput`.
+How a line reaches CloudWatch. Each line is printed on stdout, and the container's stdout is the log
+the kubelet writes. The observability add-on's Fluent Bit tails the container logs of the workload
+namespaces (`training`, `ray`) and of no other, decodes each line as JSON, keeps the EMF objects whose
+directives all name NAMESPACE and writes each as one event to the cluster's EMF log group, a group its
+configuration names (infra/addons/observability.py training_emf_pipeline, infra/spec/metrics.py);
+CloudWatch Logs extracts the metrics from those events. A pod of another namespace is never read, and
+the group is not the line's to choose. Nothing listens for EMF on the nodes: the CloudWatch agent's EMF
+listener (port 25888), which wrote a line to whatever group it named, is off (issue 38).
+
+A process whose stdout is not the container's also writes each line to the container's stdout, named in
+CONTAINER_LOG_ENV: a Ray worker's training processes write to Ray's log files under /tmp/ray, which
+reach `kubectl logs` only through the driver, prefixed with the actor (`(RayTrainWorker pid=..., ip=...)`),
+and never as a line of their own container's log (k8s/ray_spec.py sets it on the Ray workers only; an
+NVRx worker inherits the container's stdout from ft_launcher, and a second copy would count each step
+twice). The stdout copy stays for `kubectl logs` and the driver log.
 
 This module is pure standard library: it ships to the pods with the rest of training/ and is
 imported by infra/spec/metrics.py, so the names below are the one place the alarms read them from.
@@ -26,14 +30,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import urlsplit
 
 NAMESPACE = "MLPlatform/Training"
 TOKENS_PER_SECOND = "TokensPerSecond"
@@ -59,10 +61,11 @@ RESTART_DIMENSIONS: tuple[tuple[str, ...], ...] = ((INSTANCE_TYPE,), (JOB_NAME, 
 FABRIC_GATE_DIMENSIONS = RESTART_DIMENSIONS
 
 # Set on the pods by the workload charts; the fallbacks keep CPU runs and tests working.
-AGENT_ENDPOINT_ENV = "AWS_EMF_AGENT_ENDPOINT"
-# Unset on the platform's pods: the agent then writes to its default group, the only EMF group its role may write
-# (infra/spec/metrics.py EMF_LOG_GROUP); a line naming another group is refused.
-LOG_GROUP_ENV = "AWS_EMF_LOG_GROUP_NAME"
+# Where a process whose stdout is not the container's writes a second copy of each line (Ray workers).
+CONTAINER_LOG_ENV = "PLATFORM_EMF_CONTAINER_LOG"
+# The container's stdout from any process in it: the standard output of the container's first process (proc(5),
+# /proc/[pid]/fd), the stream the container runtime hands to the kubelet's log.
+CONTAINER_STDOUT = "/proc/1/fd/1"
 JOB_NAME_ENV = "PLATFORM_JOB_NAME"
 INSTANCE_TYPE_ENV = "PLATFORM_INSTANCE_TYPE"
 
@@ -165,43 +168,33 @@ def restart(identity: JobIdentity, *, restart_count: int, iteration: int) -> dic
 
 @dataclass
 class Emitter:
-    """Writes each document as one line to `out` and, when an agent endpoint is set, sends it there.
+    """Writes each document as one line to `out` and, when a container log is set, to it too.
 
-    The agent is best effort: a training step never waits more than `timeout_s` for it and never
-    fails because of it; the first failure is reported once on stderr."""
+    The container log is best effort: a training step never fails because of it; the first failure is reported
+    once on stderr."""
 
     out: TextIO = field(default_factory=lambda: sys.stdout)
-    endpoint: str | None = field(default_factory=lambda: os.environ.get(AGENT_ENDPOINT_ENV) or None)
-    log_group: str | None = field(default_factory=lambda: os.environ.get(LOG_GROUP_ENV) or None)
-    timeout_s: float = 0.5
+    container_log: str | None = field(default_factory=lambda: os.environ.get(CONTAINER_LOG_ENV) or None)
     _warned: bool = False
 
     def emit(self, doc: dict[str, Any]) -> None:
-        self.out.write(json.dumps(doc, separators=(",", ":")) + "\n")
+        line = json.dumps(doc, separators=(",", ":")) + "\n"
+        self.out.write(line)
         self.out.flush()
-        if self.endpoint is not None:
-            self._send(doc)
+        if self.container_log is not None:
+            self._copy(line)
 
-    def _send(self, doc: dict[str, Any]) -> None:
-        assert self.endpoint is not None
-        payload = dict(doc)
-        if self.log_group is not None:
-            # The agent reads the destination group from _aws.LogGroupName (CloudWatch user guide,
-            # "Using the CloudWatch agent to send embedded metric format logs").
-            payload["_aws"] = {**doc["_aws"], "LogGroupName": self.log_group}
-        data = (json.dumps(payload, separators=(",", ":")) + "\n").encode()
+    def _copy(self, line: str) -> None:
+        assert self.container_log is not None
         try:
-            scheme, host, port = parse_endpoint(self.endpoint)
-            if scheme == "udp":
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-                    sock.sendto(data, (host, port))
-            else:
-                with socket.create_connection((host, port), timeout=self.timeout_s) as sock:
-                    sock.sendall(data)
-        except (OSError, ValueError) as exc:
+            # One write of the whole line, appended: lines of several writers to the same pipe stay whole (a pipe
+            # write of at most PIPE_BUF bytes is atomic, pipe(7)).
+            with open(self.container_log, "a", encoding="utf-8") as stream:
+                stream.write(line)
+        except OSError as exc:
             if not self._warned:
                 self._warned = True
-                print(f"[emf] cannot send to the CloudWatch agent at {self.endpoint}: {exc}", file=sys.stderr)
+                print(f"[emf] cannot write to the container's log {self.container_log}: {exc}", file=sys.stderr)
 
 
 def process_start_time() -> float | None:
@@ -217,17 +210,6 @@ def process_start_time() -> float | None:
     fields = stat[stat.rindex(")") + 2 :].split()
     started_ticks = int(fields[19])  # field 22 overall; fields here start at field 3
     return time.time() - (uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
-
-
-def parse_endpoint(endpoint: str) -> tuple[str, str, int]:
-    """tcp://host:port or udp://host:port (the aws-embedded-metrics AWS_EMF_AGENT_ENDPOINT form)."""
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("tcp", "udp") or not parts.hostname or parts.port is None:
-        raise ValueError(
-            f"{AGENT_ENDPOINT_ENV}={endpoint!r} is not tcp://HOST:PORT or udp://HOST:PORT, "
-            "e.g. tcp://cloudwatch-agent.amazon-cloudwatch:25888"
-        )
-    return parts.scheme, parts.hostname, parts.port
 
 
 def parse_lines(text: str) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.spec.namespaces import TRAINING_NAMESPACES
 from training.emf import (
     FABRIC_GATE_FAILED,
     INSTANCE_TYPE,
@@ -37,28 +38,41 @@ from training.emf import (
 )
 
 CONTAINER_INSIGHTS = "ContainerInsights"
-# Where training pods send their EMF lines (AWS_EMF_AGENT_ENDPOINT): the CloudWatch agent's EMF listener, port
-# 25888, which the amazon-cloudwatch-agent-operator opens on the `cloudwatch-agent` Service in `amazon-cloudwatch`
-# once the agent config enables emf (operator internal/manifests/collector/ports.go; infra/addons/observability.py).
-EMF_AGENT_SERVICE = "cloudwatch-agent"
-EMF_AGENT_NAMESPACE = "amazon-cloudwatch"
-EMF_PORT = 25888
-EMF_AGENT_ENDPOINT = f"tcp://{EMF_AGENT_SERVICE}.{EMF_AGENT_NAMESPACE}:{EMF_PORT}"
-# The log group the agent writes an EMF line to when the line names none (training/emf.py names none unless
-# AWS_EMF_LOG_GROUP_NAME is set, and no chart sets it): amazon-cloudwatch-agent v1.300069.0 (the image of add-on
-# v6.2.0) translator/translate/otel/exporter/awscloudwatchlogs/translator.go defaultLogGroupName. The agent has no
-# setting that fixes it: a line's own `_aws.LogGroupName` (or `log_group_name`) wins (infra/addons/observability.py),
-# so the agent role may write this group and Container Insights' and nothing else.
-EMF_LOG_GROUP = "emf/logs/default"
 # Container Insights' log groups, /aws/containerinsights/<cluster>/<kind>: `performance` the agent's (v1.300069.0
 # translator/translate/otel/exporter/awsemf/awsemf_default_kubernetes.yaml), the others Fluent Bit's (helm-charts tag
 # amazon-cloudwatch-observability-6.2.0 values.yaml containerLogs.fluentBit.config, cloudwatch_logs log_group_name).
 CONTAINER_INSIGHTS_LOG_GROUPS = ("performance", "application", "dataplane", "host")
 
+# How the training metrics reach CloudWatch (issue 38). The pods print each EMF line on their container's stdout
+# (training/emf.py); the add-on's Fluent Bit tails the container logs of these namespaces only (the workload
+# namespaces, infra/spec/namespaces.py) and writes the lines that are EMF objects of the MLPlatform/Training namespace
+# to EMF_LOG_GROUP_KIND, a group its configuration names (infra/addons/observability.py). CloudWatch Logs extracts
+# the metrics from those events. Nothing listens for EMF on the nodes: the agent's `emf` listener, which wrote a line
+# to whatever group the line named, is off.
+EMF_SOURCE_NAMESPACES: tuple[str, ...] = tuple(sorted(ns.name for ns in TRAINING_NAMESPACES))
+# The kubelet's links to container logs: <pod>_<namespace>_<container>-<id>.log. Pod, namespace and container names
+# hold no underscore (DNS labels and subdomains), so `*_<namespace>_*` matches that namespace's containers only.
+CONTAINER_LOG_DIR = "/var/log/containers"
+# The group of those lines, one per cluster beside Container Insights' own.
+EMF_LOG_GROUP_KIND = "training-emf"
+
+
+def emf_container_log_paths() -> tuple[str, ...]:
+    """The globs of the container logs Fluent Bit reads EMF lines from: the workload namespaces' containers only."""
+    return tuple(f"{CONTAINER_LOG_DIR}/*_{namespace}_*.log" for namespace in EMF_SOURCE_NAMESPACES)
+
+
+def emf_log_group(cluster_name: str) -> str:
+    """Where the training metrics' EMF lines are written; fixed by Fluent Bit's configuration, not by the line."""
+    return f"/aws/containerinsights/{cluster_name}/{EMF_LOG_GROUP_KIND}"
+
 
 def agent_log_groups(cluster_name: str) -> tuple[str, ...]:
     """Every log group the observability add-on's pods write (the agent role's only log groups)."""
-    return (*(f"/aws/containerinsights/{cluster_name}/{kind}" for kind in CONTAINER_INSIGHTS_LOG_GROUPS), EMF_LOG_GROUP)
+    return (
+        *(f"/aws/containerinsights/{cluster_name}/{kind}" for kind in CONTAINER_INSIGHTS_LOG_GROUPS),
+        emf_log_group(cluster_name),
+    )
 
 
 SOURCE = "docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-metrics-enhanced-EKS.html"
@@ -106,7 +120,7 @@ JOB_FABRIC_GATE_FAILED = MetricSchema(
 __all__ = [
     "CONTAINER_INSIGHTS",
     "CONTAINER_INSIGHTS_LOG_GROUPS",
-    "EMF_LOG_GROUP",
+    "EMF_SOURCE_NAMESPACES",
     "INSTANCE_TYPE",
     "JOB_FABRIC_GATE_FAILED",
     "JOB_NAME",
@@ -122,4 +136,6 @@ __all__ = [
     "SOURCE",
     "MetricSchema",
     "agent_log_groups",
+    "emf_container_log_paths",
+    "emf_log_group",
 ]

@@ -152,7 +152,7 @@ class NvrxJobChart(cdk8s.Chart):
         parts = gpu_pod_parts(group)
         env = [
             *parts.env,
-            *env_list({**job.watchdog_env(), **emf_env(environment, job_name=job.name, group=group)}),
+            *env_list({**job.watchdog_env(), **emf_env(job_name=job.name, group=group)}),
             # Model weights are downloaded once to the shared file system, not once per pod.
             {"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"},
             job_uid_env(),

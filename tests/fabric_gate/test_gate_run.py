@@ -48,7 +48,7 @@ def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, s
             "FABRIC_GATE_TERMINATION_LOG": str(pod / "termination-log"),
             "FABRIC_GATE_RUN_ID": "run-1",
             "PLATFORM_JOB_NAME": "gated",
-            "AWS_EMF_AGENT_ENDPOINT": "",
+            "PLATFORM_EMF_CONTAINER_LOG": "",
             **env,
         }
         pod.mkdir(parents=True, exist_ok=True)

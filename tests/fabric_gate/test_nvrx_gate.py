@@ -38,7 +38,7 @@ def pod(tmp: Path, inject: str, api_url: str) -> subprocess.CompletedProcess[str
         "FABRIC_GATE_POD_DIR": str(tmp / "pod"),
         "FABRIC_GATE_TERMINATION_LOG": str(tmp / "termination-log"),
         "FABRIC_GATE_RUN_ID": "run-1",
-        "AWS_EMF_AGENT_ENDPOINT": "",
+        "PLATFORM_EMF_CONTAINER_LOG": "",
     }
     argv = [
         sys.executable, "-m", "training.fabric_gate", "supervise", "--",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from infra.addons.observability import ADDON, NAMESPACE, SERVICE_ACCOUNT, CloudWatchObservability
+from infra.addons.observability import ADDON, NAMESPACE, SERVICE_ACCOUNT, CloudWatchObservability, configuration
 from infra.cluster import control_plane_log_group_name
 from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError
 from infra.spec.alarms import (
@@ -23,7 +23,7 @@ from infra.spec.alarms import (
     per_job_states,
 )
 from infra.spec.baselines import BASELINES
-from infra.spec.metrics import CONTAINER_INSIGHTS, EMF_LOG_GROUP, EMF_PORT
+from infra.spec.metrics import CONTAINER_INSIGHTS, emf_log_group
 from infra.spec.operating import OPERATING
 from infra.spec.scheduling import GPU_TAINT_KEY
 from infra.spec.versions import MANAGED_ADDONS
@@ -40,7 +40,7 @@ def _only(items: list[Any]) -> Any:
     return items[0]
 
 
-def test_addon_is_pinned_with_pod_identity_gpu_toleration_and_emf(
+def test_addon_is_pinned_with_pod_identity_gpu_toleration_and_no_emf_listener(
     stack_templates: dict[str, dict[str, dict[str, Any]]], env_name: str
 ) -> None:
     platform = stack_templates[env_name]["Platform"]
@@ -54,7 +54,9 @@ def test_addon_is_pinned_with_pod_identity_gpu_toleration_and_emf(
     collected = config["agent"]["config"]["logs"]["metrics_collected"]
     assert collected["kubernetes"]["enhanced_container_insights"] is True
     assert collected["kubernetes"]["accelerated_compute_metrics"] is True
-    assert collected["emf"] == {}, f"the agent listens for EMF on {EMF_PORT} only with an emf section"
+    assert "emf" not in collected, "no EMF listener on the nodes (issue 38): Fluent Bit ships the training metrics"
+    # The whole configuration, Fluent Bit's training-metrics pipeline with it (test_training_emf_pipeline.py).
+    assert config == configuration(ENVIRONMENTS[env_name].cluster.name)
     # The agent keeps the chart's hostNetwork: true, its way to IMDS at the nodes' hop limit of 1.
     assert "hostNetwork" not in config["agent"]
     association = _only(list(of_type(platform, "AWS::EKS::PodIdentityAssociation").values()))
@@ -178,7 +180,7 @@ def _log_group_arn(env_name: str, group: str) -> str:
 def _own_groups(env_name: str) -> set[str]:
     cluster = ENVIRONMENTS[env_name].cluster.name
     return {f"/aws/containerinsights/{cluster}/{k}" for k in ("performance", "application", "dataplane", "host")} | {
-        EMF_LOG_GROUP
+        emf_log_group(cluster)
     }
 
 
@@ -193,8 +195,8 @@ def test_agent_role_has_no_managed_policy(agent_roles: dict[str, dict[str, Any]]
 
 
 def test_agent_role_writes_no_log_group_but_its_own(agent_roles: dict[str, dict[str, Any]], env_name: str) -> None:
-    """An EMF line names its own log group (_aws.LogGroupName) and the agent obeys it: the role is what stops a pod
-    from writing into the control-plane (audit) group or any other."""
+    """The role bounds every writer of the add-on: whatever a configuration or a line says, it writes its own groups
+    and not the control-plane (audit) group or any other."""
     role = agent_roles[env_name]
     for statement in _statements(role):
         if any(a.startswith("logs:") or a == "*" for a in _listed(statement["Action"])):
@@ -205,7 +207,8 @@ def test_agent_role_writes_no_log_group_but_its_own(agent_roles: dict[str, dict[
         f"{control_plane}:log-stream:kube-apiserver-audit-0123",
         _log_group_arn(env_name, "/aws/containerinsights/other-cluster/performance"),
         _log_group_arn(env_name, "/aws/lambda/anything"),
-        _log_group_arn(env_name, "emf/logs/other"),
+        _log_group_arn(env_name, "emf/logs/default"),
+        _log_group_arn(env_name, "/aws/containerinsights/other-cluster/training-emf"),
     )
     for action in WRITES:
         for arn in foreign:
@@ -215,7 +218,8 @@ def test_agent_role_writes_no_log_group_but_its_own(agent_roles: dict[str, dict[
         assert _allows(role, "logs:CreateLogGroup", arn), group
         assert _allows(role, "logs:CreateLogStream", arn), group
         assert _allows(role, "logs:PutLogEvents", f"{arn}:log-stream:ip-10-0-0-1.ec2.internal"), group
-    assert not _allows(role, "logs:PutRetentionPolicy", _log_group_arn(env_name, EMF_LOG_GROUP)), "no caller"
+    emf_group = _log_group_arn(env_name, emf_log_group(ENVIRONMENTS[env_name].cluster.name))
+    assert not _allows(role, "logs:PutRetentionPolicy", emf_group), "no caller"
 
 
 def test_agent_role_log_resources_are_exactly_its_groups_and_their_streams(
