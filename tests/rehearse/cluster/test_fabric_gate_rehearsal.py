@@ -189,6 +189,36 @@ def ray_manifests(model: Path, lock: ImageLock, inject: str, env: str = "prod") 
     return objects
 
 
+# A pod of no workload, in another namespace, that tries the first Ray head it can name on the dashboard, GCS and
+# client ports, as any pod of the cluster could (issue 38): the head's NetworkPolicies must refuse it each one.
+STRANGER = """
+import errno, socket, time
+seen, deadline = {}, time.time() + 600
+while len(seen) < 3 and time.time() < deadline:
+    heads = [line.split()[0] for line in open("/etc/hosts") if "-head-svc.ray.svc.cluster.local" in line]
+    for port in (8265, 6379, 10001):
+        if heads and port not in seen:
+            try:
+                socket.create_connection((heads[0], port), timeout=2).close()
+                seen[port] = "open"
+            except OSError as exc:
+                if exc.errno == errno.EACCES:
+                    seen[port] = "refused"
+    time.sleep(0.5)
+print("stranger:", sorted(seen.items()))
+"""
+
+
+def stranger_job() -> dict[str, Any]:
+    container = {"name": "main", "image": "example.invalid/stranger:1", "command": ["python", "-c", STRANGER]}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "stranger", "namespace": "default"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
+    }
+
+
 def ray_chain(tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.CaptureFixture[str], env: str) -> None:
     # The emitted RayJob (backoffLimit 1, k8s/workloads.py): the gate fails on its first cluster, the controller takes
     # the node out (it reads the worker pod, its RayCluster and that cluster's RayJob), the driver exits 75, the Ray
@@ -197,7 +227,7 @@ def ray_chain(tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.
     g6 = [n for n in build_nodes(get_environment(env), {"g6": 3}) if n.group == "g6"]
     bad = g6[0].name
     files = tmp_path / "manifests.yaml"
-    files.write_text(yaml.safe_dump_all(ray_manifests(tiny_model, lock, f"fallback:{bad}", env)))
+    files.write_text(yaml.safe_dump_all([*ray_manifests(tiny_model, lock, f"fallback:{bad}", env), stranger_job()]))
     argv = ["rehearse", "--env", env, "--nodes", "g6=3", "--ranks-per-pod", "1", "--json"]
     argv += ["--output-dir", str(tmp_path / "out")]
     argv += ["--host-path", str(tiny_model), "--pod-backoff", "1", "--timeout", "1700", str(files)]
@@ -225,6 +255,10 @@ def ray_chain(tmp_path: Path, tiny_model: Path, lock: ImageLock, capsys: pytest.
     check_the_chain(report, "ray", "RayJob", bad)
     assert job["admission"]["admitted"] is True
     assert job["admission"]["requeues"] == []
+    (stranger,) = [w for w in report["workloads"] if w["name"] == "stranger"]
+    (pod,) = stranger["pods"]
+    said = "".join(f.read_text() for f in Path(pod["logs"]).glob("*.log"))
+    assert "stranger: [(6379, 'refused'), (8265, 'refused'), (10001, 'refused')]" in said, said
 
 
 @pytest.mark.skipif(MINIMAL_RAY is not None, reason=f"needs ray[default] where the pods run: {MINIMAL_RAY}")
