@@ -49,7 +49,8 @@ OUTSIDE_CI: dict[str, str] = {
 CI_REHEARSALS: dict[str, str] = {
     "tests/rehearse/test_harness.py": "namespaces: private emptyDir and /tmp, a shared claim, ConfigMap files, "
     "headless-Service DNS, hostnames and JOB_COMPLETION_INDEX, real exit codes through backoffLimit and "
-    "podFailurePolicy, --kill as a DisruptionTarget, the loopback fallback",
+    "podFailurePolicy, --kill as a DisruptionTarget, the loopback fallback, NetworkPolicy enforced in the pods' "
+    "network namespaces",
     "tests/rehearse/test_container_restarts.py": "the kubelet's restarts of real processes per restartPolicy, init "
     "containers and native sidecars, with the back-off",
     "tests/rehearse/test_pod_api.py": "native sidecars around a real main container, start errors (128), termination "
@@ -69,7 +70,8 @@ CI_REHEARSALS: dict[str, str] = {
     "and_the_retried_cluster_completes_elsewhere": "the fabric gate in a real Ray job: the worker posts its verdict "
     "with the pod's token, the remediation controller runs as its Deployment's pod and, through the API server (RBAC "
     "and admission policy deciding), taints the node and lowers the ClusterQueue; the driver exits 75, KubeRay "
-    "retries on a new cluster placed off the taint, Kueue keeps the admission",
+    "retries on a new cluster placed off the taint, Kueue keeps the admission; a stranger pod is refused the head's "
+    "ports by the emitted NetworkPolicies",
     "tests/rehearse/test_rayjob.py::test_a_minimal_ray_is_refused_before_any_pod_starts": "the refusal of a Ray "
     "without the dashboard's dependencies, before any pod starts",
 }
