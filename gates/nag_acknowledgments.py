@@ -44,11 +44,52 @@ KUBECTL_REASON = (
 )
 
 # aws_logs.LogRetention's singleton handler (infra/cluster.py control_plane_log_retention); the id is
-# fixed by aws-cdk-lib (LogRetention<uuid>) for one function per stack.
+# fixed by aws-cdk-lib (LogRetention<uuid>) for one function per stack. Its grants are scoped in infra/cluster.py
+# keep_log_retention_to_its_groups.
 LOG_RETENTION = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
 LOG_RETENTION_REASON = (
     "Role of aws-cdk-lib's LogRetention handler, which creates or adopts /aws/eks/<cluster>/cluster and sets "
     "its retention (the control-plane log group is not owned by the stack, so a retry never hits 'already exists')."
+)
+LOG_GROUP_SUFFIX_REASON = (
+    "log-group:NAME:* is the form of a log group's ARN that ends in ':*' (DescribeLogGroups returns it), granted "
+    "beside log-group:NAME: the wildcard is that suffix and matches no other group."
+)
+_LOG_RETENTION_ACKS: tuple[Acknowledgment, ...] = (
+    Acknowledgment(
+        path=f"{LOG_RETENTION}/ServiceRole",
+        rule=_managed("service-role/AWSLambdaBasicExecutionRole"),
+        reason=(
+            f"{LOG_RETENTION_REASON} AWSLambdaBasicExecutionRole is aws-cdk-lib's choice for the handler's own logs: "
+            "logs:CreateLogGroup, CreateLogStream and PutLogEvents on every log group (its statements name none); the "
+            "handler uses CreateLogGroup to create the control-plane group when it is missing."
+        ),
+    ),
+    *(
+        Acknowledgment(
+            path=f"{LOG_RETENTION}/ServiceRole/DefaultPolicy",
+            rule=f"{IAM5}[Resource::arn:aws:logs:{env.region}:<AWS::AccountId>:log-group:/aws/eks/{env.cluster.name}"
+            "/cluster:*]",
+            reason=(
+                f"{LOG_RETENTION_REASON} logs:PutRetentionPolicy and DeleteRetentionPolicy on that group alone (the "
+                f"library's '*' is replaced). {LOG_GROUP_SUFFIX_REASON}"
+            ),
+        )
+        for env in ENVIRONMENTS.values()
+    ),
+    *(
+        Acknowledgment(
+            path=f"{LOG_RETENTION}/OwnLogGroupRetention",
+            rule=f"{IAM5}[Resource::arn:aws:logs:{env.region}:<AWS::AccountId>:log-group:/aws/lambda/"
+            f"<{LOG_RETENTION}FD4BFC8A>:*]",
+            reason=(
+                "logs:PutRetentionPolicy on the LogRetention handler's own /aws/lambda/<function> group, which its "
+                "code gives one day of retention when a LogRetention is created, and on no other group. "
+                f"{LOG_GROUP_SUFFIX_REASON}"
+            ),
+        )
+        for env in ENVIRONMENTS.values()
+    ),
 )
 
 # The Images stack (infra/images.py): the NVRx image's CodeBuild project and its Provider-framework custom resource.
@@ -217,22 +258,7 @@ ACKNOWLEDGMENTS: tuple[Acknowledgment, ...] = (
         rule=f"{IAM5}[Resource::<EksClusterKubectlProviderHandlerDA75FB7A.Arn>:*]",
         reason="The provider framework may invoke any version of its own handler function, and nothing else.",
     ),
-    Acknowledgment(
-        path=f"{LOG_RETENTION}/ServiceRole",
-        rule=_managed("service-role/AWSLambdaBasicExecutionRole"),
-        reason=(
-            f"{LOG_RETENTION_REASON} AWSLambdaBasicExecutionRole gives the handler its own CloudWatch Logs and "
-            "logs:CreateLogGroup, which it uses to create the control-plane group when it is missing."
-        ),
-    ),
-    Acknowledgment(
-        path=f"{LOG_RETENTION}/ServiceRole/DefaultPolicy",
-        rule=f"{IAM5}[Resource::*]",
-        reason=(
-            f"{LOG_RETENTION_REASON} The policy grants logs:PutRetentionPolicy and logs:DeleteRetentionPolicy only; "
-            "aws-cdk-lib writes it with Resource '*' because one handler serves every LogRetention of the stack."
-        ),
-    ),
+    *_LOG_RETENTION_ACKS,
     *_CLOUDWATCH_AGENT_ACKS,
     Acknowledgment(
         path="CheckpointStorage/ControllerRole/DefaultPolicy",

@@ -3,6 +3,7 @@ on aws_eks_v2 clusters (its EKS1/EKS2 rules only recognise aws_eks)."""
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -281,6 +282,34 @@ def _pod_reachable_writes_anywhere(logical_id: str, res: dict[str, Any], templat
             )
 
 
+# What removes a log group's records or how long they are kept: on "*", the holder can erase the audit trail or any
+# other group of the account (aws-cdk-lib's LogRetention handler held the first two before issue 38).
+LOG_GROUP_LOSSES = ("logs:PutRetentionPolicy", "logs:DeleteRetentionPolicy", "logs:DeleteLogGroup")
+
+
+def _policy_statements(res: dict[str, Any]) -> list[dict[str, Any]]:
+    props = res.get("Properties", {})
+    if res["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+        return list(_listed(props.get("PolicyDocument", {}).get("Statement", [])))
+    if res["Type"] == "AWS::IAM::Role":
+        return [s for p in props.get("Policies", []) for s in _listed(p["PolicyDocument"]["Statement"])]
+    return []
+
+
+def _changes_every_log_group(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    for statement in _policy_statements(res):
+        if statement.get("Effect", "Allow") != "Allow" or "*" not in _listed(statement.get("Resource", [])):
+            continue
+        granted = [str(a) for a in _listed(statement.get("Action", []))]
+        losses = [loss for loss in LOG_GROUP_LOSSES if any(fnmatch.fnmatchcase(loss, a) for a in granted)]
+        if losses:
+            yield (
+                f"{res['Type']} grants {', '.join(losses)} on every log group (Resource '*', actions "
+                f"{', '.join(granted)}): its holder may shorten or drop the retention of any group, the audit trail "
+                "included; grant it on the groups it keeps (infra/cluster.py keep_log_retention_to_its_groups)"
+            )
+
+
 RULES: tuple[Rule, ...] = (
     _open_ingress,
     _imdsv2,
@@ -291,6 +320,7 @@ RULES: tuple[Rule, ...] = (
     _eks_cluster,
     _service_grant_without_source,
     _pod_reachable_writes_anywhere,
+    _changes_every_log_group,
 )
 
 

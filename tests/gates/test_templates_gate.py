@@ -294,3 +294,29 @@ def test_irsa_roles_are_pod_reachable_too() -> None:
         }
     ]
     assert _one(role)
+
+
+# --- no role may change the retention of every log group -----------------------------------------------------------
+
+
+def _policy(statement: dict[str, Any]) -> dict[str, Any]:
+    return {"Type": "AWS::IAM::Policy", "Properties": {"Roles": [], "PolicyDocument": {"Statement": [statement]}}}
+
+
+@pytest.mark.parametrize(
+    "actions", [["logs:DeleteRetentionPolicy", "logs:PutRetentionPolicy"], "logs:DeleteLogGroup", "logs:*", "*"]
+)
+def test_a_grant_to_change_or_delete_every_log_group_fails(actions: Any) -> None:
+    """What aws-cdk-lib's LogRetention handler held (issue 38): it could drop the retention of the audit trail, or of
+    any other group of the account."""
+    (message,) = _one(_policy(_allow(actions)))
+    assert "every log group" in message
+    assert "infra/cluster.py keep_log_retention_to_its_groups" in message
+    inline = _role("lambda.amazonaws.com", inline=[_allow(actions)])
+    assert [m for m in _one(inline) if "every log group" in m]
+
+
+def test_retention_grants_on_named_groups_and_log_writes_anywhere_pass() -> None:
+    named = _allow("logs:PutRetentionPolicy", ["arn:aws:logs:us-east-2:1:log-group:/aws/eks/ml-prod/cluster:*"])
+    assert _one(_policy(named)) == []
+    assert _one(_policy(_allow(["logs:CreateLogStream", "logs:DescribeLogGroups"]))) == []

@@ -220,6 +220,48 @@ def test_the_kubectl_handler_reads_no_container_registry(resources: dict[str, An
     assert "AWSLambdaVPCAccessExecutionRole" in arns
 
 
+def _arn_text(value: Any) -> str:
+    """An ARN as the template writes it, with <Ref> for each reference: Fn::Join of strings and Refs."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Ref" in value:
+        return f"<{value['Ref']}>"
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(_arn_text(part) for part in parts)
+    raise AssertionError(f"not an ARN the test can read: {value}")
+
+
+def test_the_log_retention_function_changes_only_the_groups_it_keeps(resources: dict[str, Any], env_name: str) -> None:
+    """aws-cdk-lib's LogRetention handler (one per stack) sets the retention of each Custom::LogRetention's group and,
+    on Create, one day on its own /aws/lambda/<function> group; the library grants it PutRetentionPolicy and
+    DeleteRetentionPolicy on every log group of the account ("*"). It may change those groups and no other (issue 38:
+    a role that could drop the retention of the audit trail, or of any group, is not its own)."""
+    template = resources[env_name]
+    kept = {r["Properties"]["LogGroupName"] for r in of_type(template, "Custom::LogRetention").values()}
+    assert kept == {f"/aws/eks/{ENVIRONMENTS[env_name].cluster.name}/cluster"}
+    (function_id,) = [k for k in of_type(template, "AWS::Lambda::Function") if k.startswith("LogRetention")]
+    role_id = template["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
+    retention_actions = {"logs:PutRetentionPolicy", "logs:DeleteRetentionPolicy"}
+    changed: set[str] = set()
+    for policy in of_type(template, "AWS::IAM::Policy").values():
+        if {"Ref": role_id} not in policy["Properties"]["Roles"]:
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if not retention_actions & set(actions):
+                continue
+            arns = [
+                _arn_text(r)
+                for r in (statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]])
+            ]
+            assert "*" not in arns, statement
+            for arn in arns:
+                assert ":log-group:" in arn, arn
+                changed.add(arn.split(":log-group:", 1)[1].removesuffix(":*"))
+    assert changed == kept | {f"/aws/lambda/<{function_id}>"}
+
+
 def test_aws_node_gets_its_identity_before_the_nodes_lose_theirs(resources: dict[str, Any], env_name: str) -> None:
     """The Pod Identity agent hands aws-node its credentials, so vpc-cni waits for it; the system node role (which
     loses AmazonEKS_CNI_Policy on an existing cluster) waits for vpc-cni, whose association update restarts aws-node
