@@ -34,6 +34,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from infra.library_roles import Statements, rewrite_policy_statements
 from infra.spec import Environment
 from infra.spec.images import (
     BUILD_COMPUTE_TYPE,
@@ -78,6 +79,29 @@ def buildspec(base: BaseRegistry) -> dict[str, object]:
             },
         },
     }
+
+
+# aws-cdk-lib 2.275.0 (custom-resources/lib/provider-framework/waiter-state-machine.js) grants the waiter's role the
+# CloudWatch Logs delivery actions and, beside them, logs:CreateLogStream and logs:PutLogEvents, all on "*": the last
+# two let it write into any log group of the account. Step Functions delivers the logs itself; the role needs the
+# delivery actions alone (Step Functions developer guide, "IAM policies for logging to CloudWatch Logs"), which is
+# all aws-cdk-lib's own StateMachine grants.
+WAITER_LOG_WRITES = ("logs:CreateLogStream", "logs:PutLogEvents")
+
+
+def keep_waiter_to_log_delivery(provider: cr.Provider) -> None:
+    where = "custom_resources.Provider waiter-state-machine/Role/DefaultPolicy"
+    waiter = provider.node.try_find_child("waiter-state-machine")
+    role = waiter.node.try_find_child("Role") if waiter is not None else None
+
+    def without_log_writes(statements: Statements) -> Statements:
+        logging = [s for s in statements if s["Resource"] == "*"]
+        if len(logging) != 1 or not set(WAITER_LOG_WRITES) <= set(logging[0]["Action"]):
+            raise LookupError(f"{where} no longer grants {WAITER_LOG_WRITES} on '*': aws-cdk-lib changed it")
+        kept = [a for a in logging[0]["Action"] if a not in WAITER_LOG_WRITES]
+        return [{**s, "Action": kept} if s is logging[0] else s for s in statements]
+
+    rewrite_policy_statements(role.node.try_find_child("DefaultPolicy") if role else None, without_log_writes, where)
 
 
 def registry_host(stack: Stack) -> str:
@@ -165,6 +189,7 @@ class NvrxImageBuild(Construct):
                 include_execution_data=False,
             ),
         )
+        keep_waiter_to_log_delivery(provider)
         self.build = CustomResource(
             self,
             "Build",

@@ -162,6 +162,32 @@ def test_iam_is_scoped_to_the_project_and_the_repository(images: dict[str, Any])
     assert all("ecr:PutImage" not in _actions(s) for s in statements if s["Resource"] != repository_arn)
 
 
+# What a state machine needs to deliver its logs to CloudWatch Logs, none of which supports resource-level permissions
+# (Step Functions developer guide, "IAM policies for logging to CloudWatch Logs"; aws-cdk-lib's own StateMachine
+# grants exactly these).
+LOG_DELIVERY = {
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
+}
+
+
+def test_the_waiter_delivers_its_logs_and_writes_no_log_group(images: dict[str, Any]) -> None:
+    """The Provider framework's waiter (aws-cdk-lib 2.275.0 waiter-state-machine.js) adds logs:CreateLogStream and
+    logs:PutLogEvents on '*' to the delivery grants, which let its role write into any log group of the account; Step
+    Functions delivers the logs itself (issue 38: the acknowledgment listed the delivery actions alone)."""
+    (_, waiter) = _one(images, "AWS::StepFunctions::StateMachine")
+    statements = _statements(images, waiter["Properties"]["RoleArn"]["Fn::GetAtt"][0])
+    anywhere = [_actions(s) for s in statements if s["Resource"] == "*"]
+    assert anywhere == [LOG_DELIVERY]
+    assert all(a.startswith("lambda:") for s in statements if s["Resource"] != "*" for a in _actions(s))
+
+
 def test_outputs_name_the_image_and_its_digest(images: dict[str, Any], env_name: str) -> None:
     outputs = images["Outputs"]
     (build_id, _) = _one(images, "Custom::NvrxImageBuild")
