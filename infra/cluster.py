@@ -19,6 +19,7 @@ from infra.library_roles import Statements, rewrite_policy_statements, write_man
 from infra.logs import retention_days
 from infra.spec import ClusterConfig, EndpointAccess
 from infra.spec.versions import CORE_ADDONS, HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS
+from infra.trust import cluster_arn, confine_library_trust, pod_identity_principal, source_conditions
 
 ALL_LOG_TYPES = (
     eks.ClusterLoggingTypes.API,
@@ -254,6 +255,13 @@ class EksCluster(Construct):
         CrossStackReferences.of(self.cluster).produce(ReferenceStrength.STRONG)
         CrossStackReferences.of(kubectl_provider_function(self.cluster)).produce(ReferenceStrength.STRONG)
         drop_kubectl_registry_read(self.cluster)
+        # The cluster role is this cluster's (EKS User Guide, "Cross-service confused deputy prevention in Amazon EKS").
+        confine_library_trust(
+            self.cluster.role,
+            "eks.amazonaws.com",
+            source_conditions(self, [cluster_arn(self, config.name)]),
+            "aws_eks_v2.Cluster Role",
+        )
         # jsii's generated Cluster class misses a member of its own ICluster protocol
         # (kubectl_provider_options), so mypy needs telling that it is one.
         self.icluster = cast(eks.ICluster, self.cluster)
@@ -288,7 +296,9 @@ class EksCluster(Construct):
         self.vpc_cni_role = iam.Role(
             self,
             "VpcCniRole",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(
+                self, cluster_name=config.name, namespace="kube-system", service_account=VPC_CNI_SERVICE_ACCOUNT
+            ),
             description="VPC CNI, kube-system/aws-node (EKS Pod Identity of the vpc-cni add-on): node ENIs and IPs",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY)],
         )

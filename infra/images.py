@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -52,6 +52,7 @@ from infra.spec.images import (
     context_tag,
     repository_name,
 )
+from infra.trust import confine_library_trust, source_conditions
 from k8s.built_images import build_base
 
 FUNCTIONS = Path(__file__).resolve().parent / "functions"
@@ -87,6 +88,11 @@ def buildspec(base: BaseRegistry) -> dict[str, object]:
 # delivery actions alone (Step Functions developer guide, "IAM policies for logging to CloudWatch Logs"), which is
 # all aws-cdk-lib's own StateMachine grants.
 WAITER_LOG_WRITES = ("logs:CreateLogStream", "logs:PutLogEvents")
+
+
+def project_name(cluster_name: str) -> str:
+    """The CodeBuild project's name, fixed so that its role's trust can name the project's ARN."""
+    return f"{cluster_name}-nvrx-image"
 
 
 def keep_waiter_to_log_delivery(provider: cr.Provider) -> None:
@@ -141,9 +147,11 @@ class NvrxImageBuild(Construct):
             ],
         )
         context = s3_assets.Asset(self, "Context", path=str(NVRX_CONTEXT))
+        stack = Stack.of(self)
         self.project = codebuild.Project(
             self,
             "Project",
+            project_name=project_name(environment.cluster.name),
             description=f"images/nvrx/Dockerfile -> {repository_name(environment.cluster.name)}:{tag}",
             source=codebuild.Source.s3(bucket=context.bucket, path=context.s3_object_key),
             environment=codebuild.BuildEnvironment(
@@ -163,6 +171,21 @@ class NvrxImageBuild(Construct):
             logging=codebuild.LoggingOptions(
                 cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self._log_group("BuildLogs"))
             ),
+        )
+        # The role is this project's (CodeBuild User Guide, "Allow CodeBuild to interact with other AWS services":
+        # aws:SourceAccount, and aws:SourceArn the project's ARN; its builds' ARNs, build/<project>:<id>, are listed
+        # beside it, the project's as well).
+        project_arn = stack.format_arn(
+            service="codebuild", resource="project", resource_name=project_name(environment.cluster.name)
+        )
+        builds_arn = stack.format_arn(
+            service="codebuild", resource="build", resource_name=f"{project_name(environment.cluster.name)}:*"
+        )
+        confine_library_trust(
+            self.project.role,
+            "codebuild.amazonaws.com",
+            source_conditions(self, [project_arn, builds_arn]),
+            "aws_codebuild.Project Role",
         )
         self.repository.grant_pull_push(self.project)
         self._grant_base_pull(registry)
@@ -190,6 +213,25 @@ class NvrxImageBuild(Construct):
             ),
         )
         keep_waiter_to_log_delivery(provider)
+        # The waiter's role is this account's state machines' (Step Functions Developer Guide, "Creating an IAM role
+        # for your state machine": the waiter's name is CloudFormation's, hence stateMachine:*).
+        waiter = provider.node.try_find_child("waiter-state-machine")
+        confine_library_trust(
+            waiter.node.try_find_child("Role") if waiter is not None else None,
+            "states.amazonaws.com",
+            source_conditions(
+                self,
+                [
+                    stack.format_arn(
+                        service="states",
+                        resource="stateMachine",
+                        resource_name="*",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                ],
+            ),
+            "custom_resources.Provider waiter-state-machine/Role",
+        )
         self.build = CustomResource(
             self,
             "Build",

@@ -48,6 +48,7 @@ from infra.cluster import control_plane_log_group_name
 from infra.spec.metrics import EMF_AGENT_NAMESPACE, EMF_AGENT_SERVICE, agent_log_groups
 from infra.spec.scheduling import gpu_toleration
 from infra.spec.versions import MANAGED_ADDONS
+from infra.trust import pod_identity_principal
 
 ADDON = "amazon-cloudwatch-observability"
 NAMESPACE = EMF_AGENT_NAMESPACE
@@ -153,7 +154,9 @@ class CloudWatchObservability(Construct):
         self.role = iam.Role(
             self,
             "AgentRole",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(
+                self, cluster_name=cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT
+            ),
             description="CloudWatch agent of the amazon-cloudwatch-observability add-on (EKS Pod Identity)",
             inline_policies={"Agent": agent_policy(self, cluster_name)},
         )

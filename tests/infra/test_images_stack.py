@@ -188,6 +188,31 @@ def test_the_waiter_delivers_its_logs_and_writes_no_log_group(images: dict[str, 
     assert all(a.startswith("lambda:") for s in statements if s["Resource"] != "*" for a in _actions(s))
 
 
+def test_the_project_and_waiter_roles_are_this_projects_and_this_accounts_state_machines(
+    images: dict[str, Any], env_name: str
+) -> None:
+    """CodeBuild User Guide, "Allow CodeBuild to interact with other AWS services"; Step Functions Developer Guide,
+    "Creating an IAM role for your state machine" (issue 38: service roles without aws:SourceAccount/SourceArn)."""
+    region = ENVIRONMENTS[env_name].region
+    (_, project) = _one(images, "AWS::CodeBuild::Project")
+    name = project["Properties"]["Name"]
+    assert name == f"ml-{env_name}-nvrx-image"
+    (_, waiter) = _one(images, "AWS::StepFunctions::StateMachine")
+    for role_id, source in (
+        (
+            project["Properties"]["ServiceRole"]["Fn::GetAtt"][0],
+            [f":project/{name}", f":build/{name}:*"],
+        ),
+        (waiter["Properties"]["RoleArn"]["Fn::GetAtt"][0], [":stateMachine:*"]),
+    ):
+        (trust,) = images["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+        arns = trust["Condition"]["ArnLike"]["aws:SourceArn"]
+        arns = arns if isinstance(arns, list) else [arns]
+        assert [a["Fn::Join"][1][-1] for a in arns] == source
+        assert all(a["Fn::Join"][1][1] == {"Ref": "AWS::AccountId"} and region in a["Fn::Join"][1][0] for a in arns)
+
+
 def test_outputs_name_the_image_and_its_digest(images: dict[str, Any], env_name: str) -> None:
     outputs = images["Outputs"]
     (build_id, _) = _one(images, "Custom::NvrxImageBuild")
