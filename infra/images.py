@@ -59,7 +59,17 @@ FUNCTIONS = Path(__file__).resolve().parent / "functions"
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 
+# The build context's resolver (images/nvrx/resolve_base.sh): BASE (the lock's tag, @digest when pinned) -> the
+# digest the tag names where the build runs, or a refusal when the tag no longer names the pinned digest.
+RESOLVE_BASE = "resolve_base.sh"
+# OCI image-spec annotations for the image a build is based on (its reference and digest), set as image labels.
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+
+
 def buildspec(base: BaseRegistry) -> dict[str, object]:
+    """Version 0.2: the commands share one shell, so FROM_DIGEST set in pre_build is there in build; a failed command
+    fails its phase, and after a failed pre_build no build runs (CodeBuild User Guide, build spec reference)."""
     return {
         "version": "0.2",
         "phases": {
@@ -68,13 +78,16 @@ def buildspec(base: BaseRegistry) -> dict[str, object]:
                     base.login_command(),
                     "aws ecr get-login-password --region $AWS_REGION | "
                     'docker login --username AWS --password-stdin "$REGISTRY"',
+                    f'FROM_DIGEST=$(sh {RESOLVE_BASE} "$BASE")',
                 ]
             },
             # The push is in the build phase: post_build runs after a failed build too.
             "build": {
                 "commands": [
-                    'echo "building $IMAGE FROM $BASE"',
-                    'docker build --build-arg "BASE=$BASE" --tag "$IMAGE" .',
+                    'echo "building $IMAGE FROM $FROM_DIGEST (the lock: $BASE)"',
+                    'docker build --build-arg "BASE=$FROM_DIGEST" '
+                    f'--label "{BASE_NAME_LABEL}=${{BASE%@*}}" --label "{BASE_DIGEST_LABEL}=${{FROM_DIGEST##*@}}" '
+                    '--tag "$IMAGE" .',
                     'docker push "$IMAGE"',
                 ]
             },

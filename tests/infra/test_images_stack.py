@@ -116,12 +116,19 @@ def test_the_project_builds_the_context_from_the_locked_base_and_pushes_the_cont
         "aws ecr-public get-login-password --region us-east-1 | "
         "docker login --username AWS --password-stdin public.ecr.aws",
         'aws ecr get-login-password --region $AWS_REGION | docker login --username AWS --password-stdin "$REGISTRY"',
+        # The lock's tag resolved to its digest here, or the build refused (a pinned digest the tag no longer names).
+        'FROM_DIGEST=$(sh resolve_base.sh "$BASE")',
     ]
     assert spec["phases"]["build"]["commands"][1:] == [
-        'docker build --build-arg "BASE=$BASE" --tag "$IMAGE" .',
+        'docker build --build-arg "BASE=$FROM_DIGEST" --label "org.opencontainers.image.base.name=${BASE%@*}" '
+        '--label "org.opencontainers.image.base.digest=${FROM_DIGEST##*@}" --tag "$IMAGE" .',
         'docker push "$IMAGE"',
     ]
+    assert "$FROM_DIGEST" in spec["phases"]["build"]["commands"][0]  # the build log names the digest
     assert "post_build" not in spec["phases"]  # it would run after a failed build too
+    # A command's failure ends its phase and a failed pre_build runs no build (CodeBuild User Guide, build phase
+    # transitions); variables set by one command stay for the next in buildspec 0.2.
+    assert spec["version"] == "0.2"
 
 
 def test_the_custom_resource_waits_for_the_build_within_cloudformations_hour(images: dict[str, Any]) -> None:
