@@ -65,7 +65,13 @@ def gate_nag_synthesized(cdk_out: Path, dist: Path) -> GateResult:
 
 def nag_result(checked: int, findings: list[Finding], stale: list[Acknowledgment]) -> GateResult:
     findings += [
-        Finding("cdk-nag", ack.path, f"stale acknowledgment of {ack.rule}: it matches no construct") for ack in stale
+        Finding(
+            "cdk-nag",
+            ack.path,
+            f"stale acknowledgment of {ack.rule}: it matches no construct, or no finding of that rule there; "
+            "delete it or rewrite it for what the template grants now (gates/nag_acknowledgments.py)",
+        )
+        for ack in stale
     ]
     if checked == 0:
         # Every environment has acknowledged findings: none at all means the AwsSolutions pack did not run.

@@ -65,15 +65,24 @@ def synth(app: cdk.App) -> None:
             raise
 
 
+def _acknowledges(ack: Acknowledgment, construct_path: str, acknowledged_id: str) -> bool:
+    """Whether `ack` is what cdk-nag applied to this finding: its rule, on its construct or one below it (the path in
+    the report starts with the stage and stack, which the acknowledgment's path leaves out)."""
+    return acknowledged_id == ack.rule and (
+        fnmatch.fnmatchcase(construct_path, f"*/{ack.path}") or fnmatch.fnmatchcase(construct_path, f"*/{ack.path}/*")
+    )
+
+
 def read_report(
     outdir: Path, acknowledgments: Sequence[Acknowledgment], used: set[int]
 ) -> tuple[int, list[Finding], list[Acknowledgment]]:
-    """(rules that ran, unacknowledged findings, acknowledgments that matched no construct)."""
+    """(rules that ran, unacknowledged findings, stale acknowledgments: those that matched no construct, and those
+    whose construct no longer has a finding of their rule, so their reason describes what the template does not do)."""
     report_path = outdir / "validation-report.json"
     if not report_path.exists():
         raise GateError("cdk-nag wrote no validation report")
     report = json.loads(report_path.read_text())
-    findings, rules = [], 0
+    findings, rules, suppressed = [], 0, []
     for plugin in report["pluginReports"]:
         if plugin["pluginName"] != "AwsSolutions":
             continue
@@ -83,7 +92,16 @@ def read_report(
                 findings.append(
                     Finding(GATE, construct["constructPath"], f"{violation['ruleName']}: {violation['description']}")
                 )
-    stale = [ack for index, ack in enumerate(acknowledgments) if index not in used]
+        suppressed += [
+            (construct["constructPath"], violation.get("acknowledgedId", ""))
+            for violation in plugin.get("suppressedViolations", [])
+            for construct in violation["violatingConstructs"]
+        ]
+    stale = [
+        ack
+        for index, ack in enumerate(acknowledgments)
+        if index not in used or not any(_acknowledges(ack, path, rule) for path, rule in suppressed)
+    ]
     return rules, findings, stale
 
 

@@ -3,6 +3,7 @@ on aws_eks_v2 clusters (its EKS1/EKS2 rules only recognise aws_eks)."""
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -137,12 +138,64 @@ SERVICE_GRANT_POLICIES = {
 # CloudWatch Logs on a KMS key, the log group's ARN in the encryption context (CloudWatch Logs User Guide, "Encrypt log
 # data in CloudWatch Logs using AWS KMS"). Condition keys are case-insensitive.
 SOURCE_KEYS = {"aws:sourceaccount", "aws:sourcearn", "kms:encryptioncontext:aws:logs:arn"}
+# A role that trusts an AWS service is the service's to assume on behalf of a resource; the service passes that
+# resource in the request where its guide documents condition keys for the role's trust policy (IAM User Guide, "The
+# confused deputy problem"). Service -> the keys its guide documents, all of which the trust must name, and the guide.
+TRUST_SOURCE_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
+    "codebuild.amazonaws.com": (
+        ("aws:SourceAccount", "aws:SourceArn"),
+        "CodeBuild User Guide, 'Allow CodeBuild to interact with other AWS services' (the project's account and ARN)",
+    ),
+    "eks.amazonaws.com": (
+        ("aws:SourceAccount", "aws:SourceArn"),
+        "EKS User Guide, 'Cross-service confused deputy prevention in Amazon EKS' (the cluster's account and ARN)",
+    ),
+    "states.amazonaws.com": (
+        ("aws:SourceAccount", "aws:SourceArn"),
+        "Step Functions Developer Guide, 'Creating an IAM role for your state machine', 'Prevent cross-service "
+        "confused deputy issue' (arn:...:states:REGION:ACCOUNT:stateMachine:*)",
+    ),
+    "vpc-flow-logs.amazonaws.com": (
+        ("aws:SourceAccount", "aws:SourceArn"),
+        "Amazon VPC User Guide, 'IAM role for publishing flow logs to CloudWatch Logs' (arn:...:ec2:REGION:ACCOUNT:"
+        "vpc-flow-log/*)",
+    ),
+    "pods.eks.amazonaws.com": (
+        (
+            "aws:RequestTag/eks-cluster-arn",
+            "aws:RequestTag/kubernetes-namespace",
+            "aws:RequestTag/kubernetes-service-account",
+        ),
+        "EKS User Guide, 'Create IAM role with trust policy required by EKS Pod Identity' (the session tags EKS Pod "
+        "Identity sends: cluster, namespace, service account)",
+    ),
+}
+# A role reaches a service only when a principal of this account passes it (iam:PassRole: "you can't pass a role to
+# a service in another account", IAM User Guide, "Grant a user permissions to pass a role to an AWS service"); the
+# source keys are what guards the role where the service also acts for resources of other accounts.
+PASSED_ROLE = (
+    "and the role reaches the service only when a principal of this account passes it (iam:PassRole, IAM User Guide, "
+    "'Grant a user permissions to pass a role to an AWS service')"
+)
 # (resource type, Sid, service, sorted actions) -> why the grant carries no source condition. Keep each reason true.
 SERVICE_GRANT_ACKNOWLEDGED: dict[tuple[str, str, str, tuple[str, ...]], str] = {
     ("AWS::KMS::Key", "CloudWatchAlarmsPublish", "cloudwatch.amazonaws.com", ("kms:Decrypt", "kms:GenerateDataKey*")): (
         "the alarm topic's own key (infra/monitoring.py): the Amazon SNS guide documents this grant without "
         "conditions and no AWS page documents aws:SourceArn/aws:SourceAccount in the KMS request SNS makes for a "
         "CloudWatch publish; the topic policy, which CloudWatch must pass first, carries both"
+    ),
+    ("AWS::IAM::Role", "", "lambda.amazonaws.com", ("sts:AssumeRole",)): (
+        "every function's execution role (ours and aws-cdk-lib's: Provider framework, kubectl handler, LogRetention, "
+        "the VPC's default-security-group handler): the Lambda Developer Guide gives the execution role's trust "
+        "policy with the service principal alone ('Defining Lambda function permissions with an execution role') and "
+        "names no source ARN for the AssumeRole Lambda makes (its 'Using source function ARN to control function "
+        "access behavior': aws:SourceArn is for policies where the function is the target); a function runs with the "
+        f"role its Role names, {PASSED_ROLE}"
+    ),
+    ("AWS::IAM::Role", "", "ec2.amazonaws.com", ("sts:AssumeRole",)): (
+        "the node roles: the EKS User Guide gives the node role's trust policy with the service principal alone "
+        "('Amazon EKS node IAM role') and EC2 documents no source key for the instance-profile role it assumes; an "
+        f"instance gets the role through its instance profile, {PASSED_ROLE}"
     ),
 }
 
@@ -177,6 +230,41 @@ def _service_grant_without_source(logical_id: str, res: dict[str, Any], template
                 "of the calling resources where the service documents them, else acknowledge it with the reason in "
                 "gates/templates.py SERVICE_GRANT_ACKNOWLEDGED"
             )
+
+
+def _service_trust_without_source(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    """A role whose trust policy lets an AWS service assume it without the condition keys the service's guide
+    documents for naming the calling resource (TRUST_SOURCE_KEYS), unless acknowledged."""
+    if res["Type"] != "AWS::IAM::Role":
+        return
+    document = res.get("Properties", {}).get("AssumeRolePolicyDocument", {})
+    for statement in _listed(document.get("Statement", [])):
+        principal = statement.get("Principal")
+        if statement.get("Effect", "Allow") != "Allow" or not isinstance(principal, dict) or "Service" not in principal:
+            continue
+        keys = {key.lower() for operator in (statement.get("Condition") or {}).values() for key in operator}
+        sid = str(statement.get("Sid", ""))
+        actions = tuple(sorted(str(a) for a in _listed(statement.get("Action", []))))
+        for service in _listed(principal["Service"]):
+            if (res["Type"], sid, service, actions) in SERVICE_GRANT_ACKNOWLEDGED:
+                continue
+            acknowledge = "gates/templates.py SERVICE_GRANT_ACKNOWLEDGED"
+            if service not in TRUST_SOURCE_KEYS:
+                yield (
+                    f"AWS::IAM::Role trust statement {sid or '(no Sid)'} allows service principal {service} "
+                    f"({', '.join(actions)}), for which the gate knows no documented source condition: read the "
+                    "service guide's confused-deputy section for the role's trust policy, then add its keys to "
+                    f"gates/templates.py TRUST_SOURCE_KEYS, or acknowledge it with the reason in {acknowledge}"
+                )
+                continue
+            documented, guide = TRUST_SOURCE_KEYS[service]
+            missing = [key for key in documented if key.lower() not in keys]
+            if missing:
+                yield (
+                    f"AWS::IAM::Role trust statement {sid or '(no Sid)'} allows service principal {service} "
+                    f"({', '.join(actions)}) without {', '.join(missing)}: any resource of {service} may have it "
+                    f"assume the role (confused deputy); add {', '.join(documented)} as the {guide} documents them"
+                )
 
 
 # Who can take a role's credentials from inside a pod: EKS Pod Identity and IRSA roles, by design; a node role, from
@@ -281,6 +369,34 @@ def _pod_reachable_writes_anywhere(logical_id: str, res: dict[str, Any], templat
             )
 
 
+# What removes a log group's records or how long they are kept: on "*", the holder can erase the audit trail or any
+# other group of the account (aws-cdk-lib's LogRetention handler held the first two before issue 38).
+LOG_GROUP_LOSSES = ("logs:PutRetentionPolicy", "logs:DeleteRetentionPolicy", "logs:DeleteLogGroup")
+
+
+def _policy_statements(res: dict[str, Any]) -> list[dict[str, Any]]:
+    props = res.get("Properties", {})
+    if res["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+        return list(_listed(props.get("PolicyDocument", {}).get("Statement", [])))
+    if res["Type"] == "AWS::IAM::Role":
+        return [s for p in props.get("Policies", []) for s in _listed(p["PolicyDocument"]["Statement"])]
+    return []
+
+
+def _changes_every_log_group(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:
+    for statement in _policy_statements(res):
+        if statement.get("Effect", "Allow") != "Allow" or "*" not in _listed(statement.get("Resource", [])):
+            continue
+        granted = [str(a) for a in _listed(statement.get("Action", []))]
+        losses = [loss for loss in LOG_GROUP_LOSSES if any(fnmatch.fnmatchcase(loss, a) for a in granted)]
+        if losses:
+            yield (
+                f"{res['Type']} grants {', '.join(losses)} on every log group (Resource '*', actions "
+                f"{', '.join(granted)}): its holder may shorten or drop the retention of any group, the audit trail "
+                "included; grant it on the groups it keeps (infra/cluster.py keep_log_retention_to_its_groups)"
+            )
+
+
 RULES: tuple[Rule, ...] = (
     _open_ingress,
     _imdsv2,
@@ -290,7 +406,9 @@ RULES: tuple[Rule, ...] = (
     _retained_fixed_name_log_group,
     _eks_cluster,
     _service_grant_without_source,
+    _service_trust_without_source,
     _pod_reachable_writes_anywhere,
+    _changes_every_log_group,
 )
 
 

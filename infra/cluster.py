@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import cast
 
-from aws_cdk import Aws, CrossStackReferences, ReferenceStrength, RemovalPolicy
+from aws_cdk import ArnFormat, Aws, CfnResource, CrossStackReferences, ReferenceStrength, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -14,10 +15,11 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct, IConstruct
 
-from infra.library_roles import write_managed_policies
+from infra.library_roles import Statements, rewrite_policy_statements, write_managed_policies
 from infra.logs import retention_days
 from infra.spec import ClusterConfig, EndpointAccess
 from infra.spec.versions import CORE_ADDONS, HELM_CHARTS, KUBERNETES_VERSION, MANAGED_ADDONS
+from infra.trust import cluster_arn, confine_library_trust, pod_identity_principal, source_conditions
 
 ALL_LOG_TYPES = (
     eks.ClusterLoggingTypes.API,
@@ -128,7 +130,8 @@ def control_plane_log_retention(scope: Construct, config: ClusterConfig) -> logs
     resource instead: its handler creates the group when it is missing, adopts it when it exists
     (ResourceAlreadyExistsException is ignored), sets the retention, and leaves the group (and
     its logs) in place on delete (removal_policy RETAIN). Ordered before the cluster, so the
-    first log lines already land in a group with a retention.
+    first log lines already land in a group with a retention. The library lets its handler change the retention of
+    every log group; keep_log_retention_to_its_groups scopes it to this group and its own.
     """
     return logs.LogRetention(
         scope,
@@ -137,6 +140,63 @@ def control_plane_log_retention(scope: Construct, config: ClusterConfig) -> logs
         retention=retention_days(config.control_plane_log_retention_days),
         removal_policy=RemovalPolicy.RETAIN,
     )
+
+
+# aws-cdk-lib 2.275.0 (aws-logs/lib/log-retention.js): one handler per stack, under this fixed id, whose role the
+# library grants logs:PutRetentionPolicy and logs:DeleteRetentionPolicy on "*", any log group of the account. Its
+# handler (custom-resource-handlers/dist/aws-logs/log-retention-handler) changes the group of each Custom::LogRetention
+# and, on Create, gives its own /aws/lambda/<function> group one day; nothing else. Both are what it may change.
+LOG_RETENTION_FUNCTION = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
+LOG_RETENTION_ACTIONS = ("logs:DeleteRetentionPolicy", "logs:PutRetentionPolicy")
+
+
+def log_group_arns(scope: Construct, name: str) -> list[str]:
+    """The ARNs IAM may evaluate for a log group: `log-group:NAME` (the Service Authorization Reference's log-group
+    resource) and `log-group:NAME:*` (the form DescribeLogGroups returns); neither matches another group."""
+    return [
+        Stack.of(scope).format_arn(
+            service="logs", resource="log-group", resource_name=resource, arn_format=ArnFormat.COLON_RESOURCE_NAME
+        )
+        for resource in (name, f"{name}:*")
+    ]
+
+
+def keep_log_retention_to_its_groups(retention: logs.LogRetention, names: Sequence[str]) -> iam.Policy:
+    """Scopes the stack's LogRetention handler to `names` (the group of every Custom::LogRetention of the stack) and to
+    its own log group, instead of the library's "*". The grant on its own group names the function, which depends on
+    its role's default policy: it is a policy of its own, which every LogRetention of the stack waits for."""
+    stack = Stack.of(retention)
+    function = stack.node.try_find_child(LOG_RETENTION_FUNCTION)
+    where = f"aws_logs.LogRetention {LOG_RETENTION_FUNCTION}/ServiceRole"
+    if not isinstance(function, Construct):
+        raise LookupError(f"{where}: no function there (aws-cdk-lib moved it)")
+    role = function.node.try_find_child("ServiceRole")
+    handler = function.node.default_child
+    if not isinstance(role, iam.Role) or not isinstance(handler, CfnResource):
+        raise LookupError(f"{where}: no role or function there (aws-cdk-lib moved them)")
+    library = [{"Action": list(LOG_RETENTION_ACTIONS), "Effect": "Allow", "Resource": "*"}]
+
+    def scoped(statements: Statements) -> Statements:
+        if statements != library:
+            raise LookupError(f"{where}/DefaultPolicy is no longer {library}: aws-cdk-lib changed it")
+        return [{**library[0], "Resource": [arn for name in names for arn in log_group_arns(retention, name)]}]
+
+    rewrite_policy_statements(role.node.try_find_child("DefaultPolicy"), scoped, f"{where}/DefaultPolicy")
+    own = iam.Policy(
+        function,
+        "OwnLogGroupRetention",
+        roles=[role],
+        statements=[
+            iam.PolicyStatement(
+                actions=["logs:PutRetentionPolicy"],
+                resources=log_group_arns(retention, f"/aws/lambda/{handler.ref}"),
+            )
+        ],
+    )
+    for found in stack.node.find_all():
+        if isinstance(found, logs.LogRetention):
+            found.node.add_dependency(own)
+    return own
 
 
 class EksCluster(Construct):
@@ -184,6 +244,7 @@ class EksCluster(Construct):
             ),
         )
         self.cluster.node.add_dependency(self.control_plane_log_retention)
+        keep_log_retention_to_its_groups(self.control_plane_log_retention, [control_plane_log_group_name(config.name)])
         # Strong (an export each) against cdk.json's weak default: the Storage and Gpu-<group> stacks read the
         # cluster's name and security group, and the custom resources in Storage name the kubectl provider's
         # function as ServiceToken, which is create-only on a custom resource (the resource schema
@@ -194,6 +255,13 @@ class EksCluster(Construct):
         CrossStackReferences.of(self.cluster).produce(ReferenceStrength.STRONG)
         CrossStackReferences.of(kubectl_provider_function(self.cluster)).produce(ReferenceStrength.STRONG)
         drop_kubectl_registry_read(self.cluster)
+        # The cluster role is this cluster's (EKS User Guide, "Cross-service confused deputy prevention in Amazon EKS").
+        confine_library_trust(
+            self.cluster.role,
+            "eks.amazonaws.com",
+            source_conditions(self, [cluster_arn(self, config.name)]),
+            "aws_eks_v2.Cluster Role",
+        )
         # jsii's generated Cluster class misses a member of its own ICluster protocol
         # (kubectl_provider_options), so mypy needs telling that it is one.
         self.icluster = cast(eks.ICluster, self.cluster)
@@ -228,7 +296,9 @@ class EksCluster(Construct):
         self.vpc_cni_role = iam.Role(
             self,
             "VpcCniRole",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(
+                self, cluster_name=config.name, namespace="kube-system", service_account=VPC_CNI_SERVICE_ACCOUNT
+            ),
             description="VPC CNI, kube-system/aws-node (EKS Pod Identity of the vpc-cni add-on): node ENIs and IPs",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY)],
         )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -34,6 +34,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from infra.library_roles import Statements, rewrite_policy_statements
 from infra.spec import Environment
 from infra.spec.images import (
     BUILD_COMPUTE_TYPE,
@@ -51,13 +52,24 @@ from infra.spec.images import (
     context_tag,
     repository_name,
 )
+from infra.trust import confine_library_trust, source_conditions
 from k8s.built_images import build_base
 
 FUNCTIONS = Path(__file__).resolve().parent / "functions"
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 
+# The build context's resolver (images/nvrx/resolve_base.sh): BASE (the lock's tag, @digest when pinned) -> the
+# digest the tag names where the build runs, or a refusal when the tag no longer names the pinned digest.
+RESOLVE_BASE = "resolve_base.sh"
+# OCI image-spec annotations for the image a build is based on (its reference and digest), set as image labels.
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+
+
 def buildspec(base: BaseRegistry) -> dict[str, object]:
+    """Version 0.2: the commands share one shell, so FROM_DIGEST set in pre_build is there in build; a failed command
+    fails its phase, and after a failed pre_build no build runs (CodeBuild User Guide, build spec reference)."""
     return {
         "version": "0.2",
         "phases": {
@@ -66,18 +78,49 @@ def buildspec(base: BaseRegistry) -> dict[str, object]:
                     base.login_command(),
                     "aws ecr get-login-password --region $AWS_REGION | "
                     'docker login --username AWS --password-stdin "$REGISTRY"',
+                    f'FROM_DIGEST=$(sh {RESOLVE_BASE} "$BASE")',
                 ]
             },
             # The push is in the build phase: post_build runs after a failed build too.
             "build": {
                 "commands": [
-                    'echo "building $IMAGE FROM $BASE"',
-                    'docker build --build-arg "BASE=$BASE" --tag "$IMAGE" .',
+                    'echo "building $IMAGE FROM $FROM_DIGEST (the lock: $BASE)"',
+                    'docker build --build-arg "BASE=$FROM_DIGEST" '
+                    f'--label "{BASE_NAME_LABEL}=${{BASE%@*}}" --label "{BASE_DIGEST_LABEL}=${{FROM_DIGEST##*@}}" '
+                    '--tag "$IMAGE" .',
                     'docker push "$IMAGE"',
                 ]
             },
         },
     }
+
+
+# aws-cdk-lib 2.275.0 (custom-resources/lib/provider-framework/waiter-state-machine.js) grants the waiter's role the
+# CloudWatch Logs delivery actions and, beside them, logs:CreateLogStream and logs:PutLogEvents, all on "*": the last
+# two let it write into any log group of the account. Step Functions delivers the logs itself; the role needs the
+# delivery actions alone (Step Functions developer guide, "IAM policies for logging to CloudWatch Logs"), which is
+# all aws-cdk-lib's own StateMachine grants.
+WAITER_LOG_WRITES = ("logs:CreateLogStream", "logs:PutLogEvents")
+
+
+def project_name(cluster_name: str) -> str:
+    """The CodeBuild project's name, fixed so that its role's trust can name the project's ARN."""
+    return f"{cluster_name}-nvrx-image"
+
+
+def keep_waiter_to_log_delivery(provider: cr.Provider) -> None:
+    where = "custom_resources.Provider waiter-state-machine/Role/DefaultPolicy"
+    waiter = provider.node.try_find_child("waiter-state-machine")
+    role = waiter.node.try_find_child("Role") if waiter is not None else None
+
+    def without_log_writes(statements: Statements) -> Statements:
+        logging = [s for s in statements if s["Resource"] == "*"]
+        if len(logging) != 1 or not set(WAITER_LOG_WRITES) <= set(logging[0]["Action"]):
+            raise LookupError(f"{where} no longer grants {WAITER_LOG_WRITES} on '*': aws-cdk-lib changed it")
+        kept = [a for a in logging[0]["Action"] if a not in WAITER_LOG_WRITES]
+        return [{**s, "Action": kept} if s is logging[0] else s for s in statements]
+
+    rewrite_policy_statements(role.node.try_find_child("DefaultPolicy") if role else None, without_log_writes, where)
 
 
 def registry_host(stack: Stack) -> str:
@@ -117,9 +160,11 @@ class NvrxImageBuild(Construct):
             ],
         )
         context = s3_assets.Asset(self, "Context", path=str(NVRX_CONTEXT))
+        stack = Stack.of(self)
         self.project = codebuild.Project(
             self,
             "Project",
+            project_name=project_name(environment.cluster.name),
             description=f"images/nvrx/Dockerfile -> {repository_name(environment.cluster.name)}:{tag}",
             source=codebuild.Source.s3(bucket=context.bucket, path=context.s3_object_key),
             environment=codebuild.BuildEnvironment(
@@ -139,6 +184,21 @@ class NvrxImageBuild(Construct):
             logging=codebuild.LoggingOptions(
                 cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self._log_group("BuildLogs"))
             ),
+        )
+        # The role is this project's (CodeBuild User Guide, "Allow CodeBuild to interact with other AWS services":
+        # aws:SourceAccount, and aws:SourceArn the project's ARN; its builds' ARNs, build/<project>:<id>, are listed
+        # beside it, the project's as well).
+        project_arn = stack.format_arn(
+            service="codebuild", resource="project", resource_name=project_name(environment.cluster.name)
+        )
+        builds_arn = stack.format_arn(
+            service="codebuild", resource="build", resource_name=f"{project_name(environment.cluster.name)}:*"
+        )
+        confine_library_trust(
+            self.project.role,
+            "codebuild.amazonaws.com",
+            source_conditions(self, [project_arn, builds_arn]),
+            "aws_codebuild.Project Role",
         )
         self.repository.grant_pull_push(self.project)
         self._grant_base_pull(registry)
@@ -164,6 +224,26 @@ class NvrxImageBuild(Construct):
                 level=sfn.LogLevel.ALL,
                 include_execution_data=False,
             ),
+        )
+        keep_waiter_to_log_delivery(provider)
+        # The waiter's role is this account's state machines' (Step Functions Developer Guide, "Creating an IAM role
+        # for your state machine": the waiter's name is CloudFormation's, hence stateMachine:*).
+        waiter = provider.node.try_find_child("waiter-state-machine")
+        confine_library_trust(
+            waiter.node.try_find_child("Role") if waiter is not None else None,
+            "states.amazonaws.com",
+            source_conditions(
+                self,
+                [
+                    stack.format_arn(
+                        service="states",
+                        resource="stateMachine",
+                        resource_name="*",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                ],
+            ),
+            "custom_resources.Provider waiter-state-machine/Role",
         )
         self.build = CustomResource(
             self,

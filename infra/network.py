@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from aws_cdk import CrossStackReferences, ReferenceStrength, RemovalPolicy, Tags
+from aws_cdk import CrossStackReferences, ReferenceStrength, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.logs import retention_days
 from infra.spec import NetworkConfig, endpoints
+from infra.trust import confine_library_trust, source_conditions
 
 _SERVICES: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
@@ -105,6 +106,16 @@ class Network(Construct):
             resource_type=ec2.FlowLogResourceType.from_vpc(self.vpc),
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+        # The role is this account's flow logs' (Amazon VPC User Guide, "IAM role for publishing flow logs to
+        # CloudWatch Logs": the flow log's id is not known before it exists, hence vpc-flow-log/*).
+        confine_library_trust(
+            self.flow_log.iam_role,
+            "vpc-flow-logs.amazonaws.com",
+            source_conditions(
+                self, [Stack.of(self).format_arn(service="ec2", resource="vpc-flow-log", resource_name="*")]
+            ),
+            "aws_ec2.FlowLog IAMRole",
         )
 
     def private_subnet_in(self, availability_zone: str) -> ec2.SubnetSelection:

@@ -10,9 +10,11 @@
 # ecr:*LayerUpload*, ecr:PutImage). Steps:
 #   1. `python -m k8s.built_images add ENV ACCOUNT` writes the entry (unpinned) and prints its reference:
 #      ACCOUNT.dkr.ecr.<region of ENV>.amazonaws.com/<cluster>/nvrx-train:nvrx-<hash of images/nvrx>;
-#   2. BASE = the lock's nvrx-train reference (with @digest when pinned): the PyTorch training DLC, frozen tag;
-#   3. docker build and push, then `trainctl pin --set nvrx-train-ENV=REF@DIGEST` pins the digest the registry
-#      returned; commit k8s/images.lock.json and run `make synth`.
+#   2. BASE = the lock's nvrx-train reference (with @digest when pinned): the PyTorch training DLC, frozen tag,
+#      resolved to the digest it names by images/nvrx/resolve_base.sh (refused when it no longer names the pinned one);
+#   3. docker build FROM that digest (recorded as the image's org.opencontainers.image.base.* labels) and push, then
+#      `trainctl pin --set nvrx-train-ENV=REF@DIGEST` pins the digest the registry returned; commit
+#      k8s/images.lock.json and run `make synth`.
 set -euo pipefail
 
 if [ "$#" -ne 2 ]; then
@@ -34,8 +36,12 @@ repository=${repository%%:*}
 locked=$(python3 -c 'from k8s.built_images import build_base; print(build_base())')
 base=${BASE:-$locked}
 
-echo "building $image FROM $base"
-docker build --build-arg "BASE=$base" --tag "$image" "$root/images/nvrx"
+from_digest=$(sh "$root/images/nvrx/resolve_base.sh" "$base")
+echo "building $image FROM $from_digest (the lock: $base)"
+docker build --build-arg "BASE=$from_digest" \
+    --label "org.opencontainers.image.base.name=${base%@*}" \
+    --label "org.opencontainers.image.base.digest=${from_digest##*@}" \
+    --tag "$image" "$root/images/nvrx"
 
 aws ecr describe-repositories --region "$region" --repository-names "$repository" >/dev/null 2>&1 ||
     aws ecr create-repository --region "$region" --repository-name "$repository" \

@@ -23,6 +23,7 @@ from constructs import Construct, IDependable
 from infra.spec import CheckpointStorageConfig, Environment, LustreDeployment
 from infra.spec.checkpoint_volumes import CLAIM_NAMESPACES, checkpoint_manifests, volume_names
 from infra.spec.versions import MANAGED_ADDONS
+from infra.trust import pod_identity_principal
 
 ADDON = "aws-fsx-csi-driver"
 CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
@@ -150,7 +151,12 @@ class FsxCheckpointStorage(Construct):
         self.controller_role = iam.Role(
             self,
             "ControllerRole",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(
+                self,
+                cluster_name=environment.cluster.name,
+                namespace="kube-system",
+                service_account=CONTROLLER_SERVICE_ACCOUNT,
+            ),
             description="FSx CSI controller (EKS Pod Identity): describe the checkpoint file system",
         )
         self.controller_role.add_to_policy(iam.PolicyStatement(actions=["fsx:DescribeFileSystems"], resources=["*"]))

@@ -66,6 +66,7 @@ from infra.spec.metrics import NAMESPACE as TRAINING_METRICS_NAMESPACE
 from infra.spec.metrics import agent_log_groups, emf_container_log_paths, emf_log_group
 from infra.spec.scheduling import gpu_toleration
 from infra.spec.versions import MANAGED_ADDONS
+from infra.trust import pod_identity_principal
 
 ADDON = "amazon-cloudwatch-observability"
 # The chart's release namespace and the agent's (and Fluent Bit's) service account.
@@ -314,7 +315,9 @@ class CloudWatchObservability(Construct):
         self.role = iam.Role(
             self,
             "AgentRole",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(
+                self, cluster_name=cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT
+            ),
             description="CloudWatch agent of the amazon-cloudwatch-observability add-on (EKS Pod Identity)",
             inline_policies={"Agent": agent_policy(self, cluster_name)},
         )

@@ -221,13 +221,30 @@ def test_only_the_acknowledged_key_grant_passes_and_its_sid_is_the_one_infra_wri
 # --- roles a pod can reach: no writes on every resource that no acknowledgment justifies ---------------------------
 
 
-def _role(service: str, *, managed: tuple[str, ...] = (), inline: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+# A Pod Identity role's trust as infra writes it: its cluster, namespace and service account (EKS User Guide).
+POD_TRUST = {
+    "StringEquals": {
+        "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-2:1:cluster/ml-prod",
+        "aws:RequestTag/kubernetes-namespace": "kube-system",
+        "aws:RequestTag/kubernetes-service-account": "aws-node",
+    }
+}
+
+
+def _role(
+    service: str,
+    *,
+    managed: tuple[str, ...] = (),
+    inline: list[dict[str, Any]] | None = None,
+    condition: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    trust: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    if condition or service == "pods.eks.amazonaws.com":
+        trust["Condition"] = condition or POD_TRUST
     return {
         "Type": "AWS::IAM::Role",
         "Properties": {
-            "AssumeRolePolicyDocument": {
-                "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]
-            },
+            "AssumeRolePolicyDocument": {"Statement": [trust]},
             "ManagedPolicyArns": [
                 {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":iam::aws:policy/{name}"]]} for name in managed
             ],
@@ -294,3 +311,79 @@ def test_irsa_roles_are_pod_reachable_too() -> None:
         }
     ]
     assert _one(role)
+
+
+# --- no role may change the retention of every log group -----------------------------------------------------------
+
+
+def _policy(statement: dict[str, Any]) -> dict[str, Any]:
+    return {"Type": "AWS::IAM::Policy", "Properties": {"Roles": [], "PolicyDocument": {"Statement": [statement]}}}
+
+
+@pytest.mark.parametrize(
+    "actions", [["logs:DeleteRetentionPolicy", "logs:PutRetentionPolicy"], "logs:DeleteLogGroup", "logs:*", "*"]
+)
+def test_a_grant_to_change_or_delete_every_log_group_fails(actions: Any) -> None:
+    """What aws-cdk-lib's LogRetention handler held (issue 38): it could drop the retention of the audit trail, or of
+    any other group of the account."""
+    (message,) = _one(_policy(_allow(actions)))
+    assert "every log group" in message
+    assert "infra/cluster.py keep_log_retention_to_its_groups" in message
+    inline = _role("lambda.amazonaws.com", inline=[_allow(actions)])
+    assert [m for m in _one(inline) if "every log group" in m]
+
+
+def test_retention_grants_on_named_groups_and_log_writes_anywhere_pass() -> None:
+    named = _allow("logs:PutRetentionPolicy", ["arn:aws:logs:us-east-2:1:log-group:/aws/eks/ml-prod/cluster:*"])
+    assert _one(_policy(named)) == []
+    assert _one(_policy(_allow(["logs:CreateLogStream", "logs:DescribeLogGroups"]))) == []
+
+
+# --- service roles: the trust policy names the calling resource where the service's guide documents how -------------
+
+SOURCE = {
+    "StringEquals": {"aws:SourceAccount": "111122223333"},
+    "ArnLike": {"aws:SourceArn": "arn:aws:codebuild:us-east-2:111122223333:project/ml-prod-nvrx-image"},
+}
+
+
+def test_a_service_role_trusting_its_service_without_the_documented_source_keys_fails_naming_them() -> None:
+    (message,) = _one(_role("codebuild.amazonaws.com"))
+    assert "AWS::IAM::Role trust" in message
+    assert "codebuild.amazonaws.com" in message
+    assert "aws:SourceAccount, aws:SourceArn" in message
+    assert "Allow CodeBuild to interact with other AWS services" in message
+    only_account = {"StringEquals": {"aws:SourceAccount": "111122223333"}}
+    (message,) = _one(_role("codebuild.amazonaws.com", condition=only_account))
+    assert "without aws:SourceArn" in message
+    assert _one(_role("codebuild.amazonaws.com", condition=SOURCE)) == []
+
+
+@pytest.mark.parametrize("service", ["eks.amazonaws.com", "states.amazonaws.com", "vpc-flow-logs.amazonaws.com"])
+def test_each_service_with_documented_source_keys_needs_both(service: str) -> None:
+    assert len(_one(_role(service))) == 1
+    assert _one(_role(service, condition={k.lower(): v for k, v in SOURCE.items()})) == []
+
+
+def test_a_pod_identity_role_is_bound_to_its_cluster_namespace_and_service_account() -> None:
+    unbound = _role("pods.eks.amazonaws.com")
+    del unbound["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]
+    (message,) = _one(unbound)
+    assert "aws:RequestTag/eks-cluster-arn" in message
+    assert "Create IAM role with trust policy required by EKS Pod Identity" in message
+    no_account = {"StringEquals": {**POD_TRUST["StringEquals"]}}
+    del no_account["StringEquals"]["aws:RequestTag/kubernetes-service-account"]
+    assert "aws:RequestTag/kubernetes-service-account" in _one(_role("pods.eks.amazonaws.com", condition=no_account))[0]
+    assert _one(_role("pods.eks.amazonaws.com")) == []
+
+
+def test_services_that_document_no_source_key_for_their_role_are_the_acknowledged_ones() -> None:
+    from gates.templates import SERVICE_GRANT_ACKNOWLEDGED
+
+    for service in ("lambda.amazonaws.com", "ec2.amazonaws.com"):
+        assert _one(_role(service)) == []
+        reason = SERVICE_GRANT_ACKNOWLEDGED[("AWS::IAM::Role", "", service, ("sts:AssumeRole",))]
+        assert "Guide" in reason  # names the document it rests on
+    (message,) = _one(_role("events.amazonaws.com"))
+    assert "events.amazonaws.com" in message
+    assert "TRUST_SOURCE_KEYS" in message

@@ -167,3 +167,42 @@ def test_the_nag_gate_over_a_shared_synth_needs_the_acknowledgments_it_used(tmp_
 
     with pytest.raises(GateError, match=r"python -m gates\.synth"):
         read_synthesized(tmp_path)
+
+
+def _report(tmp_path: Path, suppressed: list[tuple[str, str]]) -> Path:
+    """A cdk-nag validation report whose only findings are `suppressed`: (construct path, acknowledged id)."""
+    violations = [
+        {
+            "ruleName": rule.split("::", 1)[1],
+            "violatingConstructs": [{"constructPath": path}],
+            "acknowledgedId": rule,
+        }
+        for path, rule in suppressed
+    ]
+    report = {"pluginReports": [{"pluginName": "AwsSolutions", "violations": [], "suppressedViolations": violations}]}
+    (tmp_path / "validation-report.json").write_text(json.dumps(report))
+    return tmp_path
+
+
+def test_an_acknowledgment_of_a_finding_that_no_longer_fires_is_stale(tmp_path: Path) -> None:
+    """Its construct still exists (cdk-nag applied it), but no finding of that rule on that construct was acknowledged:
+    the reason describes a grant the template no longer makes (issue 38: acknowledgments whose reasons were untrue)."""
+    from gates.nag import read_report
+
+    rule = "AwsSolutions::AwsSolutions-IAM5[Resource::*]"
+    firing = Acknowledgment(path="Fn/ServiceRole/DefaultPolicy", rule=rule, reason="still granted")
+    silent = Acknowledgment(path="Other/Role/DefaultPolicy", rule=rule, reason="no longer granted")
+    other_rule = Acknowledgment(path="Fn/ServiceRole/DefaultPolicy", rule=rule.replace("*", "arn:x:*"), reason="r")
+    outdir = _report(tmp_path, [("dev/Platform/Fn/ServiceRole/DefaultPolicy/Resource", rule)])
+    _, findings, stale = read_report(outdir, (firing, silent, other_rule), used={0, 1, 2})
+    assert findings == []
+    assert stale == [silent, other_rule]
+
+
+def test_a_used_acknowledgment_below_a_wildcard_path_matches_its_finding(tmp_path: Path) -> None:
+    from gates.nag import read_report
+
+    rule = "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSWorkerNodePolicy]"
+    ack = Acknowledgment(path="GpuNodes-*/Nodegroup/NodeGroupRole", rule=rule, reason="node role")
+    outdir = _report(tmp_path, [("prod/Gpu-p5/GpuNodes-p5/Nodegroup/NodeGroupRole/Resource", rule)])
+    assert read_report(outdir, (ack,), used={0})[2] == []

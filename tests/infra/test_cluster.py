@@ -220,6 +220,48 @@ def test_the_kubectl_handler_reads_no_container_registry(resources: dict[str, An
     assert "AWSLambdaVPCAccessExecutionRole" in arns
 
 
+def _arn_text(value: Any) -> str:
+    """An ARN as the template writes it, with <Ref> for each reference: Fn::Join of strings and Refs."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Ref" in value:
+        return f"<{value['Ref']}>"
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(_arn_text(part) for part in parts)
+    raise AssertionError(f"not an ARN the test can read: {value}")
+
+
+def test_the_log_retention_function_changes_only_the_groups_it_keeps(resources: dict[str, Any], env_name: str) -> None:
+    """aws-cdk-lib's LogRetention handler (one per stack) sets the retention of each Custom::LogRetention's group and,
+    on Create, one day on its own /aws/lambda/<function> group; the library grants it PutRetentionPolicy and
+    DeleteRetentionPolicy on every log group of the account ("*"). It may change those groups and no other (issue 38:
+    a role that could drop the retention of the audit trail, or of any group, is not its own)."""
+    template = resources[env_name]
+    kept = {r["Properties"]["LogGroupName"] for r in of_type(template, "Custom::LogRetention").values()}
+    assert kept == {f"/aws/eks/{ENVIRONMENTS[env_name].cluster.name}/cluster"}
+    (function_id,) = [k for k in of_type(template, "AWS::Lambda::Function") if k.startswith("LogRetention")]
+    role_id = template["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
+    retention_actions = {"logs:PutRetentionPolicy", "logs:DeleteRetentionPolicy"}
+    changed: set[str] = set()
+    for policy in of_type(template, "AWS::IAM::Policy").values():
+        if {"Ref": role_id} not in policy["Properties"]["Roles"]:
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if not retention_actions & set(actions):
+                continue
+            arns = [
+                _arn_text(r)
+                for r in (statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]])
+            ]
+            assert "*" not in arns, statement
+            for arn in arns:
+                assert ":log-group:" in arn, arn
+                changed.add(arn.split(":log-group:", 1)[1].removesuffix(":*"))
+    assert changed == kept | {f"/aws/lambda/<{function_id}>"}
+
+
 def test_aws_node_gets_its_identity_before_the_nodes_lose_theirs(resources: dict[str, Any], env_name: str) -> None:
     """The Pod Identity agent hands aws-node its credentials, so vpc-cni waits for it; the system node role (which
     loses AmazonEKS_CNI_Policy on an existing cluster) waits for vpc-cni, whose association update restarts aws-node
@@ -277,3 +319,56 @@ def test_public_endpoint_is_opt_in_with_an_allow_list() -> None:
     assert cluster["ResourcesVpcConfig"]["EndpointPublicAccess"] is True
     assert cluster["ResourcesVpcConfig"]["EndpointPrivateAccess"] is True
     assert cluster["ResourcesVpcConfig"]["PublicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def _pod_identity_associations(template: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """(namespace, service account, role ARN) of every EKS Pod Identity association: standalone, or an add-on's."""
+    found = [
+        (p["Namespace"], p["ServiceAccount"], p["RoleArn"])
+        for p in (r["Properties"] for r in of_type(template, "AWS::EKS::PodIdentityAssociation").values())
+    ]
+    for addon in of_type(template, "AWS::EKS::Addon").values():
+        for association in addon["Properties"].get("PodIdentityAssociations", []):
+            found.append(("kube-system", association["ServiceAccount"], association["RoleArn"]))
+    return found
+
+
+def test_every_pod_identity_role_is_its_service_accounts_on_its_cluster(
+    resources: dict[str, Any], env_name: str
+) -> None:
+    """The role's trust names the session tags EKS Pod Identity sends (EKS User Guide, "Create IAM role with trust
+    policy required by EKS Pod Identity"): an association another namespace or cluster makes with it gets nothing
+    (issue 38). The add-ons' associations are in kube-system, the add-ons' namespace."""
+    template = resources[env_name]
+    name = ENVIRONMENTS[env_name].cluster.name
+    associations = _pod_identity_associations(template)
+    assert len(associations) >= 2  # the VPC CNI's, the FSx CSI controller's (and the CloudWatch agent's where on)
+    for namespace, service_account, role_arn in associations:
+        role = template["Resources"][role_arn["Fn::GetAtt"][0]]
+        (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        tags = trust["Condition"]["StringEquals"]
+        assert tags["aws:RequestTag/kubernetes-namespace"] == namespace
+        assert tags["aws:RequestTag/kubernetes-service-account"] == service_account
+        assert _arn_text(tags["aws:RequestTag/eks-cluster-arn"]).endswith(f":cluster/{name}")
+
+
+def test_the_cluster_and_flow_log_roles_are_this_accounts_cluster_and_flow_logs(
+    resources: dict[str, Any], env_name: str
+) -> None:
+    """EKS User Guide, "Cross-service confused deputy prevention in Amazon EKS"; Amazon VPC User Guide, "IAM role for
+    publishing flow logs to CloudWatch Logs"."""
+    template = resources[env_name]
+    config = ENVIRONMENTS[env_name]
+    expected = {
+        "eks.amazonaws.com": f"arn:aws:eks:{config.region}:<AWS::AccountId>:cluster/{config.cluster.name}",
+        "vpc-flow-logs.amazonaws.com": f"arn:aws:ec2:{config.region}:<AWS::AccountId>:vpc-flow-log/*",
+    }
+    seen = set()
+    for role in of_type(template, "AWS::IAM::Role").values():
+        for trust in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
+            service = trust["Principal"].get("Service")
+            if service in expected:
+                assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+                assert _arn_text(trust["Condition"]["ArnLike"]["aws:SourceArn"]) == expected[service]
+                seen.add(service)
+    assert seen == set(expected)

@@ -116,12 +116,19 @@ def test_the_project_builds_the_context_from_the_locked_base_and_pushes_the_cont
         "aws ecr-public get-login-password --region us-east-1 | "
         "docker login --username AWS --password-stdin public.ecr.aws",
         'aws ecr get-login-password --region $AWS_REGION | docker login --username AWS --password-stdin "$REGISTRY"',
+        # The lock's tag resolved to its digest here, or the build refused (a pinned digest the tag no longer names).
+        'FROM_DIGEST=$(sh resolve_base.sh "$BASE")',
     ]
     assert spec["phases"]["build"]["commands"][1:] == [
-        'docker build --build-arg "BASE=$BASE" --tag "$IMAGE" .',
+        'docker build --build-arg "BASE=$FROM_DIGEST" --label "org.opencontainers.image.base.name=${BASE%@*}" '
+        '--label "org.opencontainers.image.base.digest=${FROM_DIGEST##*@}" --tag "$IMAGE" .',
         'docker push "$IMAGE"',
     ]
+    assert "$FROM_DIGEST" in spec["phases"]["build"]["commands"][0]  # the build log names the digest
     assert "post_build" not in spec["phases"]  # it would run after a failed build too
+    # A command's failure ends its phase and a failed pre_build runs no build (CodeBuild User Guide, build phase
+    # transitions); variables set by one command stay for the next in buildspec 0.2.
+    assert spec["version"] == "0.2"
 
 
 def test_the_custom_resource_waits_for_the_build_within_cloudformations_hour(images: dict[str, Any]) -> None:
@@ -160,6 +167,57 @@ def test_iam_is_scoped_to_the_project_and_the_repository(images: dict[str, Any])
     assert [s["Resource"] for s in statements if _actions(s) == PUSH] == [repository_arn]
     assert [_actions(s) for s in statements if s["Resource"] == "*"] == [TOKEN_ACTIONS]
     assert all("ecr:PutImage" not in _actions(s) for s in statements if s["Resource"] != repository_arn)
+
+
+# What a state machine needs to deliver its logs to CloudWatch Logs, none of which supports resource-level permissions
+# (Step Functions developer guide, "IAM policies for logging to CloudWatch Logs"; aws-cdk-lib's own StateMachine
+# grants exactly these).
+LOG_DELIVERY = {
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
+}
+
+
+def test_the_waiter_delivers_its_logs_and_writes_no_log_group(images: dict[str, Any]) -> None:
+    """The Provider framework's waiter (aws-cdk-lib 2.275.0 waiter-state-machine.js) adds logs:CreateLogStream and
+    logs:PutLogEvents on '*' to the delivery grants, which let its role write into any log group of the account; Step
+    Functions delivers the logs itself (issue 38: the acknowledgment listed the delivery actions alone)."""
+    (_, waiter) = _one(images, "AWS::StepFunctions::StateMachine")
+    statements = _statements(images, waiter["Properties"]["RoleArn"]["Fn::GetAtt"][0])
+    anywhere = [_actions(s) for s in statements if s["Resource"] == "*"]
+    assert anywhere == [LOG_DELIVERY]
+    assert all(a.startswith("lambda:") for s in statements if s["Resource"] != "*" for a in _actions(s))
+
+
+def test_the_project_and_waiter_roles_are_this_projects_and_this_accounts_state_machines(
+    images: dict[str, Any], env_name: str
+) -> None:
+    """CodeBuild User Guide, "Allow CodeBuild to interact with other AWS services"; Step Functions Developer Guide,
+    "Creating an IAM role for your state machine" (issue 38: service roles without aws:SourceAccount/SourceArn)."""
+    region = ENVIRONMENTS[env_name].region
+    (_, project) = _one(images, "AWS::CodeBuild::Project")
+    name = project["Properties"]["Name"]
+    assert name == f"ml-{env_name}-nvrx-image"
+    (_, waiter) = _one(images, "AWS::StepFunctions::StateMachine")
+    for role_id, source in (
+        (
+            project["Properties"]["ServiceRole"]["Fn::GetAtt"][0],
+            [f":project/{name}", f":build/{name}:*"],
+        ),
+        (waiter["Properties"]["RoleArn"]["Fn::GetAtt"][0], [":stateMachine:*"]),
+    ):
+        (trust,) = images["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+        arns = trust["Condition"]["ArnLike"]["aws:SourceArn"]
+        arns = arns if isinstance(arns, list) else [arns]
+        assert [a["Fn::Join"][1][-1] for a in arns] == source
+        assert all(a["Fn::Join"][1][1] == {"Ref": "AWS::AccountId"} and region in a["Fn::Join"][1][0] for a in arns)
 
 
 def test_outputs_name_the_image_and_its_digest(images: dict[str, Any], env_name: str) -> None:

@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from k8s.images import ImageLock
 from k8s.nvrx_spec import NVRX_IMAGE, NvrxFsdpJob
@@ -49,7 +50,10 @@ def test_the_build_time_import_check_passes_against_the_pinned_nvrx() -> None:
 def test_the_build_script_parses_and_pins_through_trainctl() -> None:
     assert subprocess.run(["bash", "-n", str(BUILD)], capture_output=True, text=True).returncode == 0
     text = BUILD.read_text()
-    assert 'docker build --build-arg "BASE=$base"' in text
+    # The same resolver as the CodeBuild project: FROM the digest the lock's tag names here, or no build.
+    assert 'from_digest=$(sh "$root/images/nvrx/resolve_base.sh" "$base")' in text
+    assert 'docker build --build-arg "BASE=$from_digest"' in text
+    assert '--label "org.opencontainers.image.base.digest=${from_digest##*@}"' in text
     assert 'trainctl pin --set "nvrx-train-$env=' in text
     assert 'python3 -m k8s.built_images add "$env" "$account"' in text
     usage = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=30)
@@ -72,3 +76,95 @@ def test_the_built_image_entry_is_added_unpinned_with_the_dockerfile_packages() 
     assert base is not None
     assert (entry.runtime.python, entry.runtime.nccl) == (base.python, base.nccl)
     assert {f"{n}=={v}" for n, v in entry.runtime.packages.items()} >= set(NvrxFsdpJob().pip)
+
+
+# --- the FROM, pinned by digest where the build runs ------------------------------------------------------------------
+
+RESOLVE = ROOT / "images/nvrx/resolve_base.sh"
+REPOSITORY = "public.ecr.aws/deep-learning-containers/pytorch-training"
+TAGGED = f"{REPOSITORY}:2.9.0-gpu-py312-cu130-ubuntu22.04-ec2-v1.11"
+DIGEST = "sha256:" + "ab" * 32
+OTHER = "sha256:" + "cd" * 32
+
+# A docker CLI for the resolver: `pull` fails when FAKE_PULL_FAILS is set, `image inspect` prints FAKE_REPO_DIGESTS
+# (one per line); every call is appended to FAKE_CALLS.
+FAKE_DOCKER = """#!/bin/sh
+echo "$*" >> "$FAKE_CALLS"
+case "$1" in
+  pull) [ -z "${FAKE_PULL_FAILS:-}" ] || { echo "pull access denied" >&2; exit 1; }; echo "$3" ;;
+  image) printf '%s\\n' $FAKE_REPO_DIGESTS ;;
+  *) exit 3 ;;
+esac
+"""
+
+
+def _resolve(
+    tmp_path: Path, base: str, *, repo_digests: str = "", pull_fails: bool = False
+) -> tuple[int, str, str, str]:
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DOCKER": str(docker),
+        "FAKE_CALLS": str(calls),
+        "FAKE_REPO_DIGESTS": repo_digests,
+        **({"FAKE_PULL_FAILS": "1"} if pull_fails else {}),
+    }
+    done = subprocess.run(["sh", str(RESOLVE), base], capture_output=True, text=True, env=env, timeout=30)
+    return done.returncode, done.stdout.strip(), done.stderr, calls.read_text()
+
+
+def test_the_base_tag_is_resolved_to_its_digest_where_the_build_runs(tmp_path: Path) -> None:
+    # RepoDigests may list the image under other repositories too: the one of the reference is taken.
+    digests = f"other.example/x@{OTHER} {REPOSITORY}@{DIGEST}"
+    code, out, err, calls = _resolve(tmp_path, TAGGED, repo_digests=digests)
+    assert (code, out) == (0, f"{REPOSITORY}@{DIGEST}")
+    assert f"pull --quiet {TAGGED}" in calls
+    assert DIGEST in err  # the build log records what the tag named
+
+
+def test_a_pinned_digest_is_used_when_the_tag_still_names_it_and_refused_when_not(tmp_path: Path) -> None:
+    same = _resolve(tmp_path, f"{TAGGED}@{DIGEST}", repo_digests=f"{REPOSITORY}@{DIGEST}")
+    assert same[:2] == (0, f"{REPOSITORY}@{DIGEST}")
+    code, out, err, _ = _resolve(tmp_path, f"{TAGGED}@{OTHER}", repo_digests=f"{REPOSITORY}@{DIGEST}")
+    assert (code, out) == (1, "")
+    assert f"the lock pins {OTHER}" in err
+    assert f"{TAGGED} now names {DIGEST}" in err
+    assert "trainctl pin" in err
+
+
+def test_a_base_that_cannot_be_resolved_is_refused(tmp_path: Path) -> None:
+    assert _resolve(tmp_path, TAGGED, pull_fails=True)[:2] == (1, "")
+    not_listed = _resolve(tmp_path, TAGGED, repo_digests=f"other.example/x@{DIGEST}")
+    assert not_listed[:2] == (1, "")
+    assert "no digest" in not_listed[2]
+    malformed = _resolve(tmp_path, TAGGED, repo_digests=f"{REPOSITORY}@sha256:abc")
+    assert malformed[:2] == (1, "")
+    assert _resolve(tmp_path, REPOSITORY)[:2] == (1, "")  # neither a tag nor a digest
+    assert _resolve(tmp_path, f"{TAGGED}@md5:00")[:2] == (1, "")
+    usage = subprocess.run(["sh", str(RESOLVE)], capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 2
+
+
+def test_a_base_pinned_without_a_tag_is_used_as_it_is(tmp_path: Path) -> None:
+    code, out, _, calls = _resolve(tmp_path, f"{REPOSITORY}@{DIGEST}")
+    assert (code, out, calls) == (0, f"{REPOSITORY}@{DIGEST}", "")
+
+
+def test_the_dockerfile_refuses_a_base_that_is_not_a_digest() -> None:
+    """A build that skips the resolver (a plain `docker build images/nvrx`, the ARG's default tag) stops before it
+    installs anything."""
+    instructions = _instructions()
+    base_from = instructions.index("FROM ${BASE}")
+    assert instructions[base_from + 1] == "ARG BASE"
+    guard = instructions[base_from + 2]
+    assert guard.startswith("RUN ")
+    for base, code in ((TAGGED, 1), (f"{REPOSITORY}@{DIGEST}", 0), (f"{TAGGED}@{DIGEST}", 0)):
+        done = subprocess.run(
+            ["sh", "-c", guard.removeprefix("RUN ")], env={"BASE": base}, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == code, (base, done.stderr)
+    assert "resolve_base.sh" in guard
