@@ -62,7 +62,11 @@ POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 # Any API server accepts NetworkPolicy objects; on EKS only the VPC CNI's node agent enforces them, and only with the
 # add-on's enableNetworkPolicy "true" (EKS user guide, "Restrict Pod network traffic with Kubernetes network policies",
 # https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html). Standard enforcing mode: a pod
-# no policy selects is open, so switching it on changes nothing until the policies of issue 38 are applied.
+# no policy selects is open, and a new pod starts open until the agent has written its policies ("default allow"
+# while they are configured, the same page, Step 1). Strict mode (NETWORK_POLICY_ENFORCING_MODE=strict) would start
+# every pod denied both ways and need a policy for each endpoint any pod reaches, CoreDNS and the API server included,
+# on every namespace of the cluster: our policies are ingress only. The window is the pod's start, before its
+# launcher listens on a rendezvous or a Ray port.
 ADDON_CONFIGURATION: dict[str, dict[str, str]] = {VPC_CNI_ADDON: {"enableNetworkPolicy": "true"}}
 
 
