@@ -47,13 +47,13 @@ from typing import Any
 
 import yaml
 
+from infra.spec.network_policies import RAY_DASHBOARD_PORT
 from rehearse.controller import PodAPI
 from rehearse.errors import RehearsalError
 from rehearse.jobs import JobController
 from rehearse.pods import CLUSTER_DOMAIN, Pod, PodPlan, object_uid, random_suffix
 
 GCS_PORT = 6379
-DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
 DASHBOARD_AGENT_LISTEN_PORT = 52365
 RAY_CONTAINER = 0
@@ -602,7 +602,7 @@ class RayJobController:
         self.pods += self.submitter.pods
 
     def _submit_command(self) -> str:
-        address = f"http://{self.cluster.head_fqdn}:{DASHBOARD_PORT}"
+        address = f"http://{self.cluster.head_fqdn}:{RAY_DASHBOARD_PORT}"
         health = (
             'python -c "import urllib.request; r=urllib.request.urlopen('
             f"'{address}/api/gcs_healthz', timeout=10); exit(0 if b'success' in r.read() else 1)\""
@@ -640,7 +640,7 @@ class RayJobController:
             container["args"] = [self._submit_command()]
         container["env"] = [
             *container.get("env", []),
-            {"name": "RAY_DASHBOARD_ADDRESS", "value": f"{self.cluster.head_fqdn}:{DASHBOARD_PORT}"},
+            {"name": "RAY_DASHBOARD_ADDRESS", "value": f"{self.cluster.head_fqdn}:{RAY_DASHBOARD_PORT}"},
             {"name": "RAY_JOB_SUBMISSION_ID", "value": self.job_id},
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ]

@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.spec.namespaces import NAMESPACE_NAME_LABEL
 from rehearse.cluster.matching import expression_matches
 
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 LAST_PORT = 65535
 

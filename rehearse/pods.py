@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.spec.namespaces import KUBERAY
-from infra.spec.network_policies import KUBERAY_OPERATOR_PODS
+from infra.spec.network_policies import KUBERAY_OPERATOR_PODS, RAY_DASHBOARD_PORT
 from rehearse import policy_routes
 from rehearse.errors import RehearsalError
 from rehearse.network import Network
@@ -49,7 +49,6 @@ from training.rehearsal import REHEARSAL_CPU, REHEARSAL_ENV
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_DOMAIN = "cluster.local"
 ACCELERATORS = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
-RAY_DASHBOARD_PORT = 8265
 # Each pod mounts its own tmpfs on these (podinit.py).
 POD_PRIVATE_DIRS = (Path("/tmp"), Path("/dev/shm"), Path("/root"))
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alphabet

@@ -14,6 +14,9 @@ from infra.spec.pod_security import BASELINE_CAPABILITIES, IPC_LOCK
 from infra.spec.versions import POD_SECURITY_VERSION
 
 PSS_LEVELS = ("privileged", "baseline", "restricted")
+# The label the API server puts on every Namespace, its name (Kubernetes 1.22+, docs reference/labels-annotations-taints
+# "kubernetes.io/metadata.name"): what a namespaceSelector names a namespace by.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True, kw_only=True)

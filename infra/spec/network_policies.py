@@ -67,12 +67,11 @@ from typing import Any
 
 from infra.spec.errors import ConfigError
 from infra.spec.kueue import KUEUE, VISIBILITY_PORT, WEBHOOK_PORT
-from infra.spec.namespaces import KUBERAY, NamespaceSpec, namespace_manifest
+from infra.spec.namespaces import KUBERAY, NAMESPACE_NAME_LABEL, NamespaceSpec, namespace_manifest
 from infra.spec.versions import HELM_CHARTS, KUEUE_VERSION
 
 API_VERSION = "networking.k8s.io/v1"
 DEFAULT_DENY = "default-deny-ingress"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 WORKLOAD_LABEL = "platform/workload"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from constructs import Construct
 
-from infra.spec.namespaces import NamespaceSpec
+from infra.spec.namespaces import NAMESPACE_NAME_LABEL, NamespaceSpec
 from infra.spec.pod_security import (
     APPARMOR_ANNOTATION_PREFIX,
     APPARMOR_ANNOTATION_VALUES,
@@ -45,7 +45,6 @@ from infra.spec.pod_security import (
 )
 from k8s.charts.objects import ADMISSION, api_object
 
-NAME_LABEL = "kubernetes.io/metadata.name"
 # visitContainers (policy/visitor.go): every container check covers the three lists.
 CONTAINERS = (
     "(object.spec.containers"
@@ -218,7 +217,7 @@ class PodSecurityPolicies(Construct):
             "validations": checks,
         }
         api_object(self, f"policy-{name}", ADMISSION, "ValidatingAdmissionPolicy", name, spec=policy)
-        selector = {"matchExpressions": [{"key": NAME_LABEL, "operator": "In", "values": namespaces}]}
+        selector = {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": namespaces}]}
         binding = {
             "policyName": name,
             "validationActions": ["Deny"],

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infra.spec.namespaces import NAMESPACE_NAME_LABEL
 from rehearse.errors import RehearsalError
 
 RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
@@ -37,7 +38,6 @@ _BINDING_SPEC = {"policyName", "validationActions", "matchResources"}
 _RULE = {"apiGroups", "apiVersions", "operations", "resources"}
 _SELECTOR = {"matchLabels", "matchExpressions"}
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class Policies:
         specs = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "ValidatingAdmissionPolicy"}
         # Every namespace carries kubernetes.io/metadata.name (the NamespaceDefaultLabelName feature, GA in 1.22).
         self.namespace_labels = {
-            o["metadata"]["name"]: {**(o["metadata"].get("labels") or {}), NAME_LABEL: o["metadata"]["name"]}
+            o["metadata"]["name"]: {**(o["metadata"].get("labels") or {}), NAMESPACE_NAME_LABEL: o["metadata"]["name"]}
             for o in objects
             if o.get("kind") == "Namespace"
         }
@@ -247,7 +247,7 @@ class Policies:
         )
 
     def labels_of(self, namespace: str) -> dict[str, str]:
-        return self.namespace_labels.get(namespace) or {NAME_LABEL: namespace}
+        return self.namespace_labels.get(namespace) or {NAMESPACE_NAME_LABEL: namespace}
 
     def _evaluate(self, expression: str, activation: Mapping[str, Any]) -> bool:
         celpy = self._cel
