@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.spec.namespaces import NAMESPACE_NAME_LABEL
-from rehearse.cluster.matching import expression_matches
+from rehearse.cluster.matching import label_selector_matches
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 LAST_PORT = 65535
@@ -68,14 +68,6 @@ def endpoint_of(
             if port.get("name"):
                 named.append((str(port["name"]), int(port["containerPort"]), str(port.get("protocol", "TCP"))))
     return Endpoint(name, namespace, dict(labels), address, tuple(named))
-
-
-def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """metav1.LabelSelector: every matchLabels pair and every matchExpressions requirement; {} selects all."""
-    selector = selector or {}
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    return all(expression_matches(e, labels) for e in selector.get("matchExpressions") or ())
 
 
 def _policy_types(spec: Mapping[str, Any]) -> list[str]:
@@ -122,7 +114,7 @@ class Policies:
             for p in self.policies
             if p["metadata"].get("namespace", "default") == pod.namespace
             and "Ingress" in _policy_types(p["spec"])
-            and selects(p["spec"].get("podSelector"), pod.labels)
+            and label_selector_matches(p["spec"].get("podSelector"), pod.labels)
         ]
 
     def isolated(self, pod: Endpoint) -> bool:
@@ -138,11 +130,11 @@ class Policies:
                 return False
             return not any(address in ipaddress.ip_network(e, strict=False) for e in block.get("except") or ())
         if "namespaceSelector" in peer:
-            if not selects(peer["namespaceSelector"], self._labels_of_namespace(source.namespace)):
+            if not label_selector_matches(peer["namespaceSelector"], self._labels_of_namespace(source.namespace)):
                 return False
         elif source.namespace != namespace:
             return False
-        return "podSelector" not in peer or selects(peer["podSelector"], source.labels)
+        return "podSelector" not in peer or label_selector_matches(peer["podSelector"], source.labels)
 
     def _ports(self, rule_ports: Sequence[Mapping[str, Any]] | None, destination: Endpoint) -> tuple[PortRange, ...]:
         if not rule_ports:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.spec.namespaces import NAMESPACE_NAME_LABEL
+from rehearse.cluster.matching import label_selector_matches
 from rehearse.errors import RehearsalError
 
 RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
@@ -143,24 +144,6 @@ def _selector(where: str, selector: Any) -> Mapping[str, Any]:
                 f"({', '.join(_OPERATORS)})"
             )
     return dict(selector)
-
-
-def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """Kubernetes label selector semantics (apimachinery pkg/apis/meta/v1 LabelSelectorAsSelector): every
-    matchLabels pair and every expression must hold; an empty selector selects everything."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
-        present = key in labels
-        if (
-            (operator == "In" and not (present and labels[key] in values))
-            or (operator == "NotIn" and present and labels[key] in values)
-            or (operator == "Exists" and not present)
-            or (operator == "DoesNotExist" and present)
-        ):
-            return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -285,7 +268,7 @@ class Policies:
         for policy in self.policies:
             if not policy.matches(operation=operation, group=group, version=version, resource=resource):
                 continue
-            if namespace and not all(selects(s, labels) for s in policy.namespace_selectors):
+            if namespace and not all(label_selector_matches(s, labels) for s in policy.namespace_selectors):
                 continue
             head = f"ValidatingAdmissionPolicy '{policy.name}' with binding '{policy.binding}' denied request"
             try:

@@ -48,3 +48,13 @@ def expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str])
             return False
         return have > want if operator == "Gt" else have < want
     raise UnknownOperatorError(operator)
+
+
+def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelector (apimachinery pkg/apis/meta/v1 LabelSelectorAsSelector): every matchLabels pair and every
+    matchExpressions requirement holds; a null selector matches nothing, an empty one everything."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(expression_matches(e, labels) for e in selector.get("matchExpressions") or ())

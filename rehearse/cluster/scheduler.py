@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rehearse.cluster import matching
 from rehearse.cluster.matching import UnknownOperatorError, expression_matches, tolerates
 from rehearse.cluster.quantity import QuantityError, parse_quantity
 
@@ -227,12 +228,11 @@ def node_selector_terms_match(terms: Sequence[Mapping[str, Any]], node: Node) ->
 
 
 def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """metav1.LabelSelector; a null selector matches nothing, an empty one everything."""
-    if selector is None:
-        return False
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    return all(_expression(labels, e) for e in selector.get("matchExpressions") or [])
+    """matching.label_selector_matches, an operator it does not know refused as the scheduler refuses it."""
+    try:
+        return matching.label_selector_matches(selector, labels)
+    except UnknownOperatorError as exc:
+        raise UnsupportedPodError(f"label selector operator {str(exc)!r}") from None
 
 
 def _term_namespaces(term: Mapping[str, Any], namespace: str) -> set[str] | None:

@@ -7,21 +7,17 @@ is denied with a message naming the field; IPC_LOCK alone is admitted."""
 from __future__ import annotations
 
 import copy
-import functools
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import cdk8s
 import pytest
 
-from infra.spec.namespaces import TRAINING_NAMESPACES
 from infra.spec.pod_security import BASELINE_CAPABILITIES, BASELINE_CHECKS, CHECKED_FOR, IPC_LOCK, SAFE_SYSCTLS
 from infra.spec.versions import KUBERNETES_VERSION
-from k8s.charts.namespaces import NamespacesChart
 from rehearse.manifests import yaml_documents
 from tests.k8s.cel import request_denied
+from tests.k8s.namespaces_chart import namespaces_chart_objects
 from tests.k8s.schema import validate_core
 
 APPARMOR_MAIN = "container.apparmor.security.beta.kubernetes.io/main"
@@ -29,18 +25,8 @@ POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 WORKLOAD_NAMESPACES = {"ray", "training"}
 
 
-@functools.cache
-def _chart_objects() -> str:
-    chart = NamespacesChart(
-        cdk8s.Testing.app(), "ns", environment="dev", namespaces=TRAINING_NAMESPACES, vpc_cidr="10.10.0.0/16"
-    )
-    return json.dumps(list(cdk8s.Testing.synth(chart)))
-
-
 def chart_objects() -> list[dict[str, Any]]:
-    """The namespaces chart synthesized once (jsii is slow); each caller gets its own copy."""
-    loaded: list[dict[str, Any]] = json.loads(_chart_objects())
-    return loaded
+    return namespaces_chart_objects()
 
 
 def pod_policy(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:

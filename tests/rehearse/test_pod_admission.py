@@ -7,39 +7,27 @@ runtime, in milliseconds (the policy's CEL is compiled once per run)."""
 from __future__ import annotations
 
 import copy
-import functools
-import json
 from typing import Any
 
-import cdk8s
 import pytest
 
-from infra.spec.namespaces import TRAINING_NAMESPACES
-from k8s.charts.namespaces import NamespacesChart
 from rehearse import RehearsalError
-from rehearse.cluster.authz import Policies, User, selects
+from rehearse.cluster.authz import Policies, User
+from rehearse.cluster.matching import label_selector_matches
 from rehearse.fake import FakeRuntime, Script, rehearse_fake
 from rehearse.loop import prepare
 from rehearse.options import Options
 from rehearse.pod_admission import PodAdmission, creator, pod_object
 from rehearse.pods import PodPlan
+from tests.k8s.namespaces_chart import namespaces_chart_objects
 
 POLICY = "pod-security-baseline-ipc-lock"
 EFA: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
 
 
-@functools.cache
-def _namespaces() -> str:
-    chart = NamespacesChart(
-        cdk8s.Testing.app(), "ns", environment="dev", namespaces=TRAINING_NAMESPACES, vpc_cidr="10.10.0.0/16"
-    )
-    return json.dumps(list(cdk8s.Testing.synth(chart)))
-
-
 def namespaces() -> list[dict[str, Any]]:
-    """The namespaces' file of the charts: the ray and training Namespaces and their pod policy."""
-    loaded: list[dict[str, Any]] = json.loads(_namespaces())
-    return loaded
+    """The namespaces' file of the charts: the ray and training Namespaces, their NetworkPolicies and pod policy."""
+    return namespaces_chart_objects()
 
 
 def job(name: str, namespace: str = "training", **security: Any) -> dict[str, Any]:
@@ -155,7 +143,7 @@ SELECTOR = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operato
 def test_label_selectors_as_kubernetes_evaluates_them(
     selector: dict[str, Any], labels: dict[str, str], expected: bool
 ) -> None:
-    assert selects(selector, labels) is expected
+    assert label_selector_matches(selector, labels) is expected
 
 
 def policy_and_binding(**binding_spec: Any) -> list[dict[str, Any]]:
