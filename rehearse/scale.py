@@ -41,10 +41,14 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0")
 # a rank can be killed for). Its floor stays the chart's: on CPU the verdict is FAIL (not EFA) at any size.
 SMALL = {"--steps": "6", "--batch-size": "2", "--seq-len": "32", "--ckpt-every": "2", "--num-workers": "2"}
 SMALL_BY_WORKLOAD: dict[str, dict[str, str]] = {
-    "training.nvrx_fsdp": SMALL,
+    # A tiny-model step takes ~50 ms, under the rehearsal's 0.1 s tick: a --kill after=<a checkpoint's COMMITTED>
+    # would land steps later, after the next checkpoint (training/nvrx_config.py min_step_s).
+    "training.nvrx_fsdp": {**SMALL, "--min-step-s": "1"},
     "training.ray_finetune": SMALL,
     "training.fabric_probe": {"--max-bytes": str(16 << 20), "--iters": "5"},
 }
+# Flags `--scale small` adds where the command does not carry them (the others it only rewrites).
+PACING = ("--min-step-s",)
 SCALES = ("full", "small")
 
 
@@ -120,16 +124,21 @@ def scale_small(obj: dict[str, Any], model: Path) -> list[str]:
     """Rewrites the flags of the project's own workloads in `obj` to the small rehearsal scale; what it did."""
     done = []
     for text in texts(obj):
-        small = {f: v for w, flags in SMALL_BY_WORKLOAD.items() if w in text.value for f, v in flags.items()}
+        workloads = [w for w in SMALL_BY_WORKLOAD if w in text.value]
+        small = {f: v for w in workloads for f, v in SMALL_BY_WORKLOAD[w].items()}
         if not small:
             continue
         wanted = {"--model": str(model), **small}
         new = text.value
         for flag, value in wanted.items():
             new = _set_flag(new, flag, value)
+        for flag in PACING:
+            if flag in wanted and not re.search(rf"(?<![\w-]){re.escape(flag)}[= ]", new):
+                # Not a flag the chart writes: given right after the module, among the script's own arguments.
+                new = re.sub(rf"(-m {re.escape(workloads[0])})(?=\s|$)", rf"\1 {flag} {wanted[flag]}", new)
         if new != text.value:
             text.set(new)
-            flags = ", ".join(f"{f} {v}" for f, v in wanted.items() if f in text.value)
+            flags = ", ".join(f"{f} {v}" for f, v in wanted.items() if f in new)
             done.append(f"{text.where}: --scale small set {flags}")
     return done
 

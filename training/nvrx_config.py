@@ -159,6 +159,9 @@ class Job:
     ckpt_keep: int = 2
     ckpt_saver: SaverChoice = "auto"
     ckpt_slow_write_s: float = 0.0
+    # Rehearsals on a tiny model (rehearse/scale.py): a step there takes ~50 ms, less than the rehearsal's tick, so
+    # a fault meant to land after one checkpoint would land after the next; each step lasts at least this long.
+    min_step_s: float = 0.0
     inprocess: InprocessConfig = field(default_factory=InprocessConfig)
     store_addr: StoreAddress | None = None
     fault: FaultSpec | None = None
@@ -183,6 +186,8 @@ class Job:
             raise ValueError(f"--lr {self.lr:g} must be a positive number")
         if not (math.isfinite(self.ckpt_slow_write_s) and self.ckpt_slow_write_s >= 0):
             raise ValueError(f"--ckpt-slow-write-s {self.ckpt_slow_write_s:g} must be 0 or more seconds")
+        if not (math.isfinite(self.min_step_s) and self.min_step_s >= 0):
+            raise ValueError(f"--min-step-s {self.min_step_s:g} must be 0 or more seconds")
         if self.ckpt_slow_write_s > 0 and self.ckpt_saver == "nvrx":
             raise ValueError("--ckpt-slow-write-s works with the torch savers only; drop it or use --ckpt-saver torch")
         if self.pg_timeout_s is not None:
@@ -236,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="async saver: NVRx async_ckpt (auto on CUDA) or torch.distributed.checkpoint.async_save (auto on CPU)",
     )
     group.add_argument("--ckpt-slow-write-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    add("--min-step-s", type=float, default=0.0, help=argparse.SUPPRESS)
 
     group = parser.add_argument_group("in-process restart (NVRx inprocess.Wrapper)")
     group.add_argument("--inprocess", action="store_true", help="restart the training function in-process on faults")
@@ -298,6 +304,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         ckpt_keep=args.ckpt_keep,
         ckpt_saver=args.ckpt_saver,
         ckpt_slow_write_s=args.ckpt_slow_write_s,
+        min_step_s=args.min_step_s,
         inprocess=inprocess,
         store_addr=parse_store_addr(args.store_addr) if args.store_addr is not None else None,
         fault=parse_fault(args.fault, args.fault_step, args.fault_rank),

@@ -451,6 +451,8 @@ class Session:
                 self.heartbeats.beat()
                 directory = ckpt.step_dir(job.ckpt_dir, step)
                 injector.after_save_started(step, written=functools.partial(shard_written, directory, rank))
+            if job.min_step_s > 0:
+                time.sleep(max(0.0, job.min_step_s - (time.perf_counter() - began)))
         return loss
 
     def _write_metrics(self, loss: float, fingerprint: str, numel: int, world_size: int) -> None:

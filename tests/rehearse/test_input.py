@@ -402,7 +402,9 @@ def test_scale_small_rewrites_the_projects_own_flags_and_says_so(dist: Path, tmp
     assert f"--model={tmp_path / 'tiny'}" in script
     assert "--steps=6" in script
     assert "--seq-len=32" in script
-    assert any("--scale small set --model" in n for n in admission.notes)
+    # Paced to the rehearsal's tick, in the pre-check and ft_launcher's command both, among the script's arguments.
+    assert script.count("-m training.nvrx_fsdp --min-step-s 1 ") == 2, script
+    assert any("--scale small set --model" in n and n.endswith("--min-step-s 1") for n in admission.notes)
 
 
 def test_scale_small_shrinks_the_fabric_jobs_sweep(dist: Path, tmp_path: Path) -> None:
