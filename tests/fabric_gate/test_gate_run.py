@@ -61,11 +61,14 @@ def gated_job(tmp: Path, nodes: list[str], ranks_per_node: int, env: dict[str, s
                 text=True,
             )
         )
+    outs = [proc.communicate(timeout=120)[0] for proc in procs]
     ranks = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=120)
+    for proc, out in zip(procs, outs, strict=True):
         line = next((x for x in out.splitlines() if x.startswith("VERDICT ")), None)
-        assert line is not None, out
+        # Every rank's output: a rank that fails in the rendezvous shows up as its peer's "Connection closed by peer".
+        assert line is not None, "\n".join(
+            f"--- rank {r} (exit {p.returncode}):\n{o}" for r, (p, o) in enumerate(zip(procs, outs, strict=True))
+        )
         ranks.append(Rank(proc.returncode, json.loads(line.removeprefix("VERDICT ")), out))
     return ranks
 
