@@ -168,6 +168,11 @@ class Pod:
 
     def refresh(self) -> None:
         status = self.read_status()
+        if not status:
+            # A torn read: podinit rewrites the file in place (truncate, then write), so a read between the two, or
+            # during the write, finds nothing whole; the last whole status stands (a fresh clone's make test once
+            # reported a pod restarted three times as never restarted).
+            return
         containers = status.get("containers", {})
         self.restarts = sum(int(c.get("restarts", 0)) for c in containers.values())
         for name, c in {**status.get("init", {}), **containers}.items():
