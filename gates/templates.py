@@ -299,6 +299,19 @@ POD_ROLE_WRITES_ACKNOWLEDGED: dict[tuple[str, str], str] = {
 }
 
 
+POLICY_TYPES = ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+
+
+def _policy_statements(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The statements of a policy resource, or of a role's inline policies."""
+    props = res.get("Properties", {})
+    if res["Type"] in POLICY_TYPES:
+        return list(_listed(props.get("PolicyDocument", {}).get("Statement", [])))
+    if res["Type"] == "AWS::IAM::Role":
+        return [s for p in props.get("Policies", []) for s in _listed(p["PolicyDocument"]["Statement"])]
+    return []
+
+
 def _trusted_by_pods(role: dict[str, Any]) -> list[str]:
     document = role.get("Properties", {}).get("AssumeRolePolicyDocument", {})
     found = []
@@ -340,15 +353,10 @@ def _pod_reachable_writes_anywhere(logical_id: str, res: dict[str, Any], templat
     if not holders:
         return
     fix = "scope it to what its holder owns, or acknowledge it in POD_ROLE_WRITES_ACKNOWLEDGED (gates/templates.py)"
-    statements = [
-        s for p in res.get("Properties", {}).get("Policies", []) for s in _listed(p["PolicyDocument"]["Statement"])
-    ]
+    statements = _policy_statements(res)
     for other in template.get("Resources", {}).values():
-        props = other.get("Properties", {})
-        if other["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy") and {"Ref": logical_id} in props.get(
-            "Roles", []
-        ):
-            statements += _listed(props["PolicyDocument"]["Statement"])
+        if other["Type"] in POLICY_TYPES and {"Ref": logical_id} in other.get("Properties", {}).get("Roles", []):
+            statements += _policy_statements(other)
     writes = sorted({w for statement in statements for w in _writes_anywhere(statement)})
     if writes:
         yield f"role taken by {', '.join(holders)} may {', '.join(writes)} on every resource: {fix}"
@@ -372,15 +380,6 @@ def _pod_reachable_writes_anywhere(logical_id: str, res: dict[str, Any], templat
 # What removes a log group's records or how long they are kept: on "*", the holder can erase the audit trail or any
 # other group of the account (aws-cdk-lib's LogRetention handler held the first two before issue 38).
 LOG_GROUP_LOSSES = ("logs:PutRetentionPolicy", "logs:DeleteRetentionPolicy", "logs:DeleteLogGroup")
-
-
-def _policy_statements(res: dict[str, Any]) -> list[dict[str, Any]]:
-    props = res.get("Properties", {})
-    if res["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
-        return list(_listed(props.get("PolicyDocument", {}).get("Statement", [])))
-    if res["Type"] == "AWS::IAM::Role":
-        return [s for p in props.get("Policies", []) for s in _listed(p["PolicyDocument"]["Statement"])]
-    return []
 
 
 def _changes_every_log_group(logical_id: str, res: dict[str, Any], template: dict[str, Any]) -> Iterator[str]:

@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from infra.spec.network_policies import RAY_DASHBOARD_PORT
+from infra.spec.network_policies import RAY_DASHBOARD_PORT, RAY_JOB_KIND, RAY_ORIGIN_KIND_LABEL, RAY_ORIGIN_NAME_LABEL
 from rehearse.controller import PodAPI
 from rehearse.errors import RehearsalError
 from rehearse.jobs import JobController
@@ -58,6 +58,22 @@ METRICS_PORT = 8080
 DASHBOARD_AGENT_LISTEN_PORT = 52365
 RAY_CONTAINER = 0
 AUTOSCALER_CPU = "500m"
+AUTOSCALER_MEMORY = "512Mi"
+CLUSTER_SELECTOR_KEY = "ray.io/cluster"  # utils/constant.go RayJobClusterSelectorKey
+TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
+# checkBackoffLimitAndUpdateStatusIfNeeded (rayjob_controller.go): the failure reasons backoffLimit never retries.
+NOT_RETRIED = ("DeadlineExceeded", "JobStatusCheckTimeoutExceeded")
+# What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
+SUBMITTER_BACKOFF_LIMIT = 2
+# KubeRay replaces an ended RayCluster pod without limit; the rehearsal reports a cluster that needed more.
+MAX_REPLACED_PODS = 5
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+RAY_TRAIN_HEALTH_CHECK = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+REHEARSAL_HEALTH_CHECK_S = "0.5"
 
 
 def pod_labels(node_type: str, cluster: str, group: str, template_labels: dict[str, str]) -> dict[str, str]:
@@ -81,28 +97,10 @@ def submitter_labels(rayjob: str) -> dict[str, str]:
     """The labels KubeRay v1.7.0 puts on the submitter Job's pod template (rayjob_controller.go
     getSubmitterTemplate; utils/constant.go RayOriginatedFromCRDLabelValue(RayJobCRD) is "RayJob")."""
     return {
-        "ray.io/originated-from-cr-name": rayjob,
-        "ray.io/originated-from-crd": "RayJob",
+        RAY_ORIGIN_NAME_LABEL: rayjob,
+        RAY_ORIGIN_KIND_LABEL: RAY_JOB_KIND,
         "app.kubernetes.io/created-by": "kuberay-operator",
     }
-
-
-AUTOSCALER_MEMORY = "512Mi"
-CLUSTER_SELECTOR_KEY = "ray.io/cluster"  # utils/constant.go RayJobClusterSelectorKey
-TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
-# checkBackoffLimitAndUpdateStatusIfNeeded (rayjob_controller.go): the failure reasons backoffLimit never retries.
-NOT_RETRIED = ("DeadlineExceeded", "JobStatusCheckTimeoutExceeded")
-# What KubeRay's submitter Job uses when submitterConfig.backoffLimit is unset.
-SUBMITTER_BACKOFF_LIMIT = 2
-# KubeRay replaces an ended RayCluster pod without limit; the rehearsal reports a cluster that needed more.
-MAX_REPLACED_PODS = 5
-
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
-
-RAY_TRAIN_HEALTH_CHECK = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
-REHEARSAL_HEALTH_CHECK_S = "0.5"
 
 
 def gpu_limit(container: dict[str, Any]) -> int:

@@ -296,7 +296,7 @@ def drive(
             judged(ended, ended.on_pod_end, api, pod)
         api.retry_pending()
         for c in controllers:
-            if id(c) in admitted and id(c) not in denied:
+            if id(c) in admitted:
                 judged(c, c.tick, api)
         owners()
         for pod in api.launched:

@@ -25,8 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.spec.namespaces import NAMESPACE_NAME_LABEL
-from rehearse.cluster.matching import label_selector_matches
+from rehearse.cluster.matching import label_selector_matches, labels_of_namespace, namespace_labels
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 LAST_PORT = 65535
@@ -49,10 +48,6 @@ class PortRange:
     protocol: str
     first: int
     last: int
-
-    def __str__(self) -> str:
-        ports = str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
-        return f"{self.protocol}/{ports}"
 
 
 EVERY_PORT = tuple(sorted(PortRange(p, 1, LAST_PORT) for p in PROTOCOLS))
@@ -97,16 +92,10 @@ class Policies:
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]]) -> Policies:
         objects = list(objects)
-        labels = {
-            o["metadata"]["name"]: dict(o["metadata"].get("labels") or {}) for o in objects if o["kind"] == "Namespace"
-        }
-        return cls([o for o in objects if o["kind"] == "NetworkPolicy"], labels)
+        return cls([o for o in objects if o["kind"] == "NetworkPolicy"], namespace_labels(objects))
 
     def __bool__(self) -> bool:
         return bool(self.policies)
-
-    def _labels_of_namespace(self, name: str) -> dict[str, str]:
-        return {**self.namespace_labels.get(name, {}), NAMESPACE_NAME_LABEL: name}
 
     def _selecting(self, pod: Endpoint) -> list[Mapping[str, Any]]:
         return [
@@ -130,7 +119,9 @@ class Policies:
                 return False
             return not any(address in ipaddress.ip_network(e, strict=False) for e in block.get("except") or ())
         if "namespaceSelector" in peer:
-            if not label_selector_matches(peer["namespaceSelector"], self._labels_of_namespace(source.namespace)):
+            if not label_selector_matches(
+                peer["namespaceSelector"], labels_of_namespace(self.namespace_labels, source.namespace)
+            ):
                 return False
         elif source.namespace != namespace:
             return False

@@ -581,14 +581,14 @@ class Runtime:
         if not self.policies or not self.network.isolated:
             return
         assert new.process is not None
+        arriving = self.endpoint(new)
         mine: list[str] = []
         for other in self.pods.values():
             if other is new or other.process is None or not other.running or other.node_lost:
                 continue
-            mine += rules_toward(self.policies, self.endpoint(new), self.endpoint(other))
-            policy_routes.apply(
-                other.process.pid, rules_toward(self.policies, self.endpoint(other), self.endpoint(new))
-            )
+            there = self.endpoint(other)
+            mine += rules_toward(self.policies, arriving, there)
+            policy_routes.apply(other.process.pid, rules_toward(self.policies, there, arriving))
         policy_routes.apply(new.process.pid, mine)
 
     # -- watching and killing ----------------------------------------------------------------

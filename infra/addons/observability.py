@@ -56,12 +56,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from infra.cluster import control_plane_log_group_name
+from infra.cluster import control_plane_log_group_name, log_group_arns
 from infra.spec.metrics import NAMESPACE as TRAINING_METRICS_NAMESPACE
 from infra.spec.metrics import agent_log_groups, emf_container_log_paths, emf_log_group
 from infra.spec.scheduling import gpu_toleration
@@ -116,21 +115,14 @@ EC2_READ_ACTIONS = ("ec2:DescribeTags", "ec2:DescribeVolumes")
 
 def agent_policy(scope: Construct, cluster_name: str) -> iam.PolicyDocument:
     """The agent role's only policy: log writes on its own groups (and their streams), EC2 describes for metadata."""
-    stack = Stack.of(scope)
     assert control_plane_log_group_name(cluster_name) not in agent_log_groups(cluster_name)
-    group_arns = [
-        stack.format_arn(
-            service="logs", resource="log-group", resource_name=group, arn_format=ArnFormat.COLON_RESOURCE_NAME
-        )
-        for group in agent_log_groups(cluster_name)
-    ]
     return iam.PolicyDocument(
         statements=[
             iam.PolicyStatement(
                 sid="OwnLogGroups",
                 actions=list(LOG_WRITE_ACTIONS),
                 # The group itself (CreateLogGroup, CreateLogStream) and its streams (PutLogEvents).
-                resources=[arn for group_arn in group_arns for arn in (group_arn, f"{group_arn}:*")],
+                resources=[arn for group in agent_log_groups(cluster_name) for arn in log_group_arns(scope, group)],
             ),
             iam.PolicyStatement(sid="NodeMetadata", actions=list(EC2_READ_ACTIONS), resources=["*"]),
         ]

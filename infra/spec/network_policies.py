@@ -103,6 +103,12 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
 
+def _check_label_values(field: str, labels: Mapping[str, str]) -> None:
+    for value in labels.values():
+        if not _LABEL_VALUE.match(value):
+            raise ConfigError(field, value, "a label value: at most 63 letters, digits, -_.")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Peer:
     """Who may connect: pods with all of `pods`' labels (in `namespace`, else the policy's own), or an address block."""
@@ -119,9 +125,7 @@ class Peer:
                 raise ConfigError(
                     f"{where}.from.pods", dict(self.pods), "at least one label", "{} admits every pod of the namespace"
                 )
-            for value in self.pods.values():
-                if not _LABEL_VALUE.match(value):
-                    raise ConfigError(f"{where}.from.pods", value, "a label value: at most 63 letters, digits, -_.")
+            _check_label_values(f"{where}.from.pods", self.pods)
         if self.namespace is not None and not _DNS_LABEL.match(self.namespace):
             raise ConfigError(f"{where}.from.namespace", self.namespace, "a namespace name")
         if self.cidr is not None:
@@ -188,9 +192,7 @@ class PolicySpec:
             raise ConfigError(f"{where}.name", self.name, "a DNS-1123 subdomain (lower-case letters, digits, '-', '.')")
         if not _DNS_LABEL.match(self.namespace):
             raise ConfigError(f"{where}.namespace", self.namespace, "a namespace name")
-        for value in self.pods.values():
-            if not _LABEL_VALUE.match(value):
-                raise ConfigError(f"{where}.pods", value, "a label value: at most 63 letters, digits, -_.")
+        _check_label_values(f"{where}.pods", self.pods)
         for index, rule in enumerate(self.rules):
             rule.check(f"{where}.ingress[{index}]")
         if not self.why:
@@ -292,23 +294,21 @@ def ray_workload(namespace: str, name: str, *, rayjob: bool) -> tuple[PolicySpec
     own = ray_workload_labels(name)
     operator = Peer(pods=KUBERAY_OPERATOR_PODS, namespace=KUBERAY.name)
     submitter = Peer(pods={RAY_ORIGIN_NAME_LABEL: name, RAY_ORIGIN_KIND_LABEL: RAY_JOB_KIND})
-    dashboard = (
-        *(
-            (
-                IngressRule(
-                    peers=(submitter,),
-                    ports=(RAY_DASHBOARD_PORT,),
-                    why="the RayJob's submitter submits and follows the job through the dashboard's job API",
-                ),
+    dashboard: list[IngressRule] = []
+    if rayjob:
+        dashboard.append(
+            IngressRule(
+                peers=(submitter,),
+                ports=(RAY_DASHBOARD_PORT,),
+                why="the RayJob's submitter submits and follows the job through the dashboard's job API",
             )
-            if rayjob
-            else ()
-        ),
+        )
+    dashboard.append(
         IngressRule(
             peers=(operator,),
             ports=(RAY_DASHBOARD_PORT,),
             why="the KubeRay operator reads job status from the dashboard",
-        ),
+        )
     )
     return (
         PolicySpec(
@@ -322,7 +322,7 @@ def ray_workload(namespace: str, name: str, *, rayjob: bool) -> tuple[PolicySpec
             name=f"{name}-ray-dashboard",
             namespace=namespace,
             pods={**own, RAY_NODE_TYPE_LABEL: RAY_HEAD},
-            rules=dashboard,
+            rules=tuple(dashboard),
             why=f"the head of Ray workload {name} serves its dashboard ({RAY_DASHBOARD_PORT}) to KubeRay only",
         ),
     )

@@ -28,8 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.spec.namespaces import NAMESPACE_NAME_LABEL
-from rehearse.cluster.matching import label_selector_matches
+from rehearse.cluster.matching import label_selector_matches, labels_of_namespace, namespace_labels
 from rehearse.errors import RehearsalError
 
 RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
@@ -171,12 +170,7 @@ class Policies:
     def __init__(self, objects: Iterable[Mapping[str, Any]]) -> None:
         objects = list(objects)
         specs = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "ValidatingAdmissionPolicy"}
-        # Every namespace carries kubernetes.io/metadata.name (the NamespaceDefaultLabelName feature, GA in 1.22).
-        self.namespace_labels = {
-            o["metadata"]["name"]: {**(o["metadata"].get("labels") or {}), NAMESPACE_NAME_LABEL: o["metadata"]["name"]}
-            for o in objects
-            if o.get("kind") == "Namespace"
-        }
+        self.namespace_labels = namespace_labels(objects)
         self.policies: list[Policy] = []
         for binding in (o for o in objects if o.get("kind") == "ValidatingAdmissionPolicyBinding"):
             where = f"ValidatingAdmissionPolicyBinding/{binding['metadata']['name']}"
@@ -229,9 +223,6 @@ class Policies:
             namespace_selectors=(selector,),
         )
 
-    def labels_of(self, namespace: str) -> dict[str, str]:
-        return self.namespace_labels.get(namespace) or {NAMESPACE_NAME_LABEL: namespace}
-
     def _evaluate(self, expression: str, activation: Mapping[str, Any]) -> bool:
         celpy = self._cel
         program = self._programs.get(expression)
@@ -264,7 +255,7 @@ class Policies:
             "namespace": namespace,
             "subResource": "",
         }
-        labels = self.labels_of(namespace) if namespace else {}
+        labels = labels_of_namespace(self.namespace_labels, namespace) if namespace else {}
         for policy in self.policies:
             if not policy.matches(operation=operation, group=group, version=version, resource=resource):
                 continue

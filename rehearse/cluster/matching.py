@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from infra.spec.namespaces import NAMESPACE_NAME_LABEL
 
 
 class UnknownOperatorError(ValueError):
@@ -58,3 +60,18 @@ def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[s
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
         return False
     return all(expression_matches(e, labels) for e in selector.get("matchExpressions") or ())
+
+
+def namespace_labels(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """The labels of each Namespace among `objects` as namespace selectors see them: its own, and the
+    kubernetes.io/metadata.name the API server gives every namespace (GA in 1.22)."""
+    return {
+        o["metadata"]["name"]: {**(o["metadata"].get("labels") or {}), NAMESPACE_NAME_LABEL: o["metadata"]["name"]}
+        for o in objects
+        if o.get("kind") == "Namespace"
+    }
+
+
+def labels_of_namespace(known: Mapping[str, dict[str, str]], name: str) -> dict[str, str]:
+    """A namespace's labels from `namespace_labels`; one the files do not declare has only its name label."""
+    return known.get(name) or {NAMESPACE_NAME_LABEL: name}
