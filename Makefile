@@ -37,10 +37,29 @@ help:
 	@echo "make docs    architecture pictures from infra/spec -> docs/architecture-<env>.dot and .png (Graphviz)"
 	@echo "make clean   remove cdk.out/ and dist/ (keeps the toolchain)"
 
+# NVRx, the version the NVRx job's image carries (k8s/nvrx_spec.py NvrxFsdpJob.pip). From 0.6 on its only wheels are
+# tagged manylinux_2_39 and cp312 (no sdist): pip refuses them on this glibc (2.36) and on Python 3.11, the Python of the
+# torch CPU build on local disk. The wheel is pure Python but for one CUPTI extension that needs GLIBC_2.32 and is
+# loaded only by the straggler detector, which the job does not use; its Python imports and runs on 3.11. So it is
+# installed, without dependencies, into a directory of its own on the venv's path (a .pth file): --target with the
+# wheel's own platform and Python is what makes pip take it. Its imported dependencies are requirements-dev.txt's.
+# Its console scripts are written there with this venv's Python as interpreter and linked into the venv's bin/.
+NVRX_PIN := nvidia-resiliency-ext==0.7.0
+NVRX_DIR := $(VENV)/nvrx
+define NVRX_INSTALL
+$(BIN)/python -m pip uninstall --quiet --yes nvidia-resiliency-ext
+rm -rf $(NVRX_DIR)
+$(BIN)/python -m pip install --quiet --no-deps --only-binary=:all: --platform manylinux_2_39_x86_64 \
+	--python-version 3.12 --implementation cp --target $(NVRX_DIR) $(NVRX_PIN)
+echo $(CURDIR)/$(NVRX_DIR) > $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/nvrx.pth
+ln -sf $(CURDIR)/$(NVRX_DIR)/bin/ft_launcher $(BIN)/ft_launcher
+endef
+
 $(STAMP_PY): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required, found " + sys.version)'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
+	$(NVRX_INSTALL)
 	# The project itself, editable, for the `trainctl` console script.
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@

@@ -1,14 +1,17 @@
 """Typed settings of the NVRx fault-tolerant FSDP job and the command lines built from them.
 
-Three layers of recovery, fastest first, and the timeouts that keep them in that order:
+Layers of recovery, fastest first, and the timeouts that keep them in that order (NVRx 0.7.0):
 
-1. in-process restart (`nvidia_resiliency_ext.inprocess.Wrapper`): an exception or a hung
-   collective is handled inside the same processes within seconds (soft < hard < barrier);
-2. `ft_launcher` (torchrun plus a rank monitor per rank): a dead or silent rank (SIGKILL, OOM,
-   a hang the Wrapper could not break) restarts every worker from the last complete checkpoint;
+1. in-process restart (`nvidia_resiliency_ext.inprocess.Wrapper`), an explicit option, off by default: an exception
+   or a hung collective is handled inside the same processes within seconds (soft < hard < barrier). Deprecated
+   upstream since NVRx 0.6.0 (docs/source/release-notes.md "Deprecations & Removals": no new features, use in-job
+   restart); its APIs work unchanged in 0.7.0;
+2. `ft_launcher` (torchrun plus a rank monitor per rank, barrier rendezvous): a dead or silent rank (SIGKILL, OOM,
+   an exception, a hang) restarts every worker of every node from the last complete checkpoint (any-failed, the only
+   policy from 0.6.0 on);
 3. Kubernetes: a failed pod is replaced by the Job controller (node loss, eviction).
 
-The PyTorch NCCL watchdog must not fire before layer 1 has had its chance: its collective
+The PyTorch NCCL watchdog must not fire before layer 1 has had its chance: with in-process restart its collective
 timeout and its heartbeat monitor are set above the Wrapper's hard timeout.
 """
 
@@ -44,15 +47,6 @@ class CheckpointMode(Enum):
     SYNC = "sync"
 
 
-class RestartPolicy(Enum):
-    # Any failed rank restarts every worker of every node. NVRx 0.4.1 does not allow it with in-process restart
-    # (docs/source/fault_tolerance/integration/inprocess.rst: "any-failed with inprocess (Not allowed)").
-    ANY_FAILED = "any-failed"
-    # The launcher restarts only when fewer healthy worker groups (nodes) remain than --nnodes; in between, the
-    # in-process Wrapper recovers (launcher.py _invoke_run_with_min_healthy_policy). Required with --inprocess.
-    MIN_HEALTHY = "min-healthy"
-
-
 @dataclass(frozen=True, kw_only=True)
 class CheckpointPolicy:
     every_steps: int = 100
@@ -86,10 +80,17 @@ class CheckpointPolicy:
 
 @dataclass(frozen=True, kw_only=True)
 class InProcessRestart:
-    """NVRx `inprocess.Wrapper` settings.
+    """NVRx `inprocess.Wrapper` settings: off unless asked for.
+
+    Deprecated upstream from NVRx 0.6.0 (release-notes.md: "no longer the focus of the fast-restart solution; use
+    in-job restart via ft_launcher"; inprocess/ is the same in 0.7.0 and gets no new features). Under ft_launcher 0.7.0
+    the only restart policy is any-failed (fault_tolerance/launcher.py `--ft-restart-policy` choices), which needs no
+    flag: a rank the Wrapper cannot recover exits, and ft_launcher restarts every worker; 0.6's
+    docs/source/fault_tolerance/integration/inprocess.rst asks only that ft_launcher's heartbeat timeouts exceed the
+    in-process ones (checked by NvrxFsdpJob).
 
     The Wrapper's soft timeout runs from the start of each iteration, not from the first step: its automatic
-    progress timestamp advances only while the main thread runs Python (NVRx 0.4.1 progress_watchdog.py, a
+    progress timestamp advances only while the main thread runs Python (NVRx 0.7.0 progress_watchdog.py, a
     Py_AddPendingCall every interval), and the manual one starts at the first `ping()` (wrap.py CallWrapper.ping),
     which training/nvrx_fsdp.py sends from the step loop. So model load, FSDP sharding and a DCP restore all count:
     a rank blocked in a C call there (a collective waiting for a rank that is still reading) looks hung. 300 s
@@ -97,7 +98,7 @@ class InProcessRestart:
     (1.2 TiB x 200 MB/s/TiB baseline = 240 MB/s, ~75 s) four times over, and a first model download into HF_HOME.
     """
 
-    enabled: bool = True
+    enabled: bool = False
     # No progress for soft_timeout: a restart of the wrapped function on every rank.
     soft_timeout_s: int = 300
     # No progress for hard_timeout: the rank is killed (ft_launcher takes over).
@@ -119,7 +120,8 @@ class InProcessRestart:
 
 @dataclass(frozen=True, kw_only=True)
 class FtLauncherConfig:
-    """`ft_launcher` flags (nvidia-resiliency-ext 0.4.1 spellings, checked with `ft_launcher --help`)."""
+    """`ft_launcher` flags (nvidia-resiliency-ext 0.7.0 spellings: tests/k8s/test_nvrx_chart.py parses the emitted
+    command line with 0.7.0's own parser)."""
 
     max_restarts: int = 3
     monitor_interval_s: int = 5
@@ -128,14 +130,14 @@ class FtLauncherConfig:
     # Between heartbeats (one per step): above the in-process hard timeout (checked by NvrxFsdpJob), or ft_launcher
     # would kill a hung rank before the in-process restart had its chance.
     rank_heartbeat_timeout_s: int = 600
-    # c10d rendezvous (`--rdzv-conf`): read_timeout bounds each store operation, the connect to pod 0's store
-    # included; join_timeout bounds the whole rendezvous. torchrun's c10d default read_timeout is 60 s (torch
-    # c10d_rendezvous_backend.py), which a pod whose image pulled minutes before pod 0's exceeds on fresh p5 nodes
-    # (the DLC is many GB and no layer is cached); ft_launcher 0.4.1 raises it to 600 s itself (launcher.py
-    # LaunchConfig) but the manifest says what it runs with. By then the pods' shared-dir check has seen every pod.
+    # c10d rendezvous (`--rdzv-conf`, NVRx 0.7.0 fault_tolerance/launcher.py LaunchConfig.__post_init__ has the
+    # defaults): a pod that is not the store's host first probes pod 0's store for store_connect_wait (default 120 s,
+    # c10d_monkey_patch.py), which a pod whose image pulled minutes before pod 0's exceeds on fresh p5 nodes (the DLC
+    # is many GB and no layer is cached); read_timeout (default 60 s) then bounds each store operation; join_timeout
+    # (default 300 s) the whole rendezvous. By then the pods' shared-dir check has seen every pod.
+    rendezvous_store_connect_wait_s: int = 900
     rendezvous_read_timeout_s: int = 900
     rendezvous_join_timeout_s: int = 1200
-    restart_policy: RestartPolicy = RestartPolicy.MIN_HEALTHY
     rank_termination_signal: str = "SIGKILL"
     # The NIC monitor reads InfiniBand `link_downed` counters; EFA devices are not known to
     # expose them (unverified on p5), so it stays off rather than raising false alarms.
@@ -149,10 +151,13 @@ class FtLauncherConfig:
                 "nvrx.ft_launcher heartbeat timeouts must satisfy 0 < rank <= initial; got "
                 f"rank={self.rank_heartbeat_timeout_s} initial={self.initial_rank_heartbeat_timeout_s}"
             )
-        if not 0 < self.rendezvous_read_timeout_s <= self.rendezvous_join_timeout_s:
+        if not 0 < self.rendezvous_read_timeout_s <= self.rendezvous_join_timeout_s or not (
+            0 < self.rendezvous_store_connect_wait_s <= self.rendezvous_join_timeout_s
+        ):
             raise WorkloadError(
-                "nvrx.ft_launcher rendezvous timeouts must satisfy 0 < read <= join; got "
-                f"read={self.rendezvous_read_timeout_s} join={self.rendezvous_join_timeout_s}"
+                "nvrx.ft_launcher rendezvous timeouts must satisfy 0 < read <= join and 0 < store_connect_wait <= "
+                f"join; got read={self.rendezvous_read_timeout_s} store_connect_wait="
+                f"{self.rendezvous_store_connect_wait_s} join={self.rendezvous_join_timeout_s}"
             )
         if self.rank_termination_signal not in ("SIGKILL", "SIGTERM"):
             raise WorkloadError(
@@ -169,20 +174,24 @@ class FtLauncherConfig:
             f"--nnodes={nodes}",
             f"--nproc-per-node={gpus_per_node}",
             "--rdzv-backend=c10d",
+            # Barrier-based rendezvous: the default and, in 0.7.0, the only choice (launcher.py --ft-rdzv-impl).
+            "--ft-rdzv-impl=barrier",
             f"--rdzv-endpoint={rendezvous_host}:{RENDEZVOUS_PORT}",
             f"--rdzv-id={rendezvous_id}",
             f"--max-restarts={self.max_restarts}",
             f"--monitor-interval={self.monitor_interval_s}",
             f"--ft-initial-rank-heartbeat-timeout={self.initial_rank_heartbeat_timeout_s}",
             f"--ft-rank-heartbeat-timeout={self.rank_heartbeat_timeout_s}",
-            f"--ft-restart-policy={self.restart_policy.value}",
             f"--ft-rank-termination-signal={self.rank_termination_signal}",
             f"--ft-enable-nic-monitor={self.enable_nic_monitor}",
         ]
 
     def rendezvous_conf(self) -> str:
         """The `--rdzv-conf` value after `is_host=<0|1>` (comma-separated key=value, torch's format)."""
-        return f"read_timeout={self.rendezvous_read_timeout_s},join_timeout={self.rendezvous_join_timeout_s}"
+        return (
+            f"store_connect_wait_seconds={self.rendezvous_store_connect_wait_s},"
+            f"read_timeout={self.rendezvous_read_timeout_s},join_timeout={self.rendezvous_join_timeout_s}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,7 +214,7 @@ class NvrxFsdpJob:
     ft_launcher: FtLauncherConfig = field(default_factory=FtLauncherConfig)
     # The packages the job needs beyond the PyTorch DLC, pinned: baked into the built image (images/nvrx/Dockerfile,
     # infra/images.py) and checked at each pod's start; installed at start only with start_install.
-    pip: tuple[str, ...] = ("nvidia-resiliency-ext==0.4.1", "transformers==5.23.0")
+    pip: tuple[str, ...] = ("nvidia-resiliency-ext==0.7.0", "transformers==5.23.0")
     # Run on the lock's PyTorch DLC (nvrx-train) and pip-install `pip` at every pod start instead of the environment's
     # built image (nvrx-train-<env>): an explicit opt-in for a first try, refused where the environment does not
     # allow it (infra/spec/images.py NvrxImageConfig; never prod).
@@ -250,13 +259,6 @@ class NvrxFsdpJob:
                 f"nvrx.inprocess.hard_timeout_s={self.inprocess.hard_timeout_s}: ft_launcher would kill a hung rank "
                 "before the in-process restart could handle it"
             )
-        if self.inprocess.enabled and self.ft_launcher.restart_policy is not RestartPolicy.MIN_HEALTHY:
-            raise WorkloadError(
-                f"nvrx.ft_launcher.restart_policy={self.ft_launcher.restart_policy.value!r} with "
-                "nvrx.inprocess.enabled: NVRx 0.4.1 requires --ft-restart-policy=min-healthy with in-process restart "
-                "(any-failed makes ft_launcher restart ranks the Wrapper is recovering); use "
-                "RestartPolicy.MIN_HEALTHY or disable inprocess"
-            )
         if not 10 <= self.preconditions_timeout_s <= 3600:
             raise WorkloadError(f"nvrx.preconditions_timeout_s={self.preconditions_timeout_s} must be 10 to 3600")
 
@@ -278,6 +280,14 @@ class NvrxFsdpJob:
         if self.inprocess.enabled:
             return self.inprocess.hard_timeout_s + self.inprocess.barrier_timeout_s
         return 1800
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """The ports the pods listen on, by name: the rendezvous, and with in-process restart its two stores."""
+        ports = {"rendezvous": RENDEZVOUS_PORT}
+        if self.inprocess.enabled:
+            ports |= {"inprocess-store": INPROCESS_STORE_PORT, "wrapper-store": WRAPPER_STORE_PORT}
+        return ports
 
     @property
     def fabric_gate_dir(self) -> str:

@@ -7,9 +7,9 @@ Sources, in NVIDIA/nvidia-resiliency-ext:
 - NCCL with in-process restart: v0.4.1 README.md line 55 ">= 2.26.2 (inprocess)"; v0.6.0 README.md line 58 and
   docs/source/release-notes.md (v0.5.0 Known Issues, line 52): "In-process restart requires NCCL < v2.28.3 OR
   >= 2.28.9 due to a segmentation fault issue" (NCCL 2.28.3 to 2.28.8 crash);
-- v0.6.0 docs/source/release-notes.md "Deprecations & Removals": in-process restart is deprecated (line 64) and
-  `--ft-restart-policy=min-healthy` is removed, only `any-failed` remains (line 61), while min-healthy is the policy
-  in-process restart requires up to 0.5 (k8s/nvrx_spec.py RestartPolicy).
+- v0.6.0 docs/source/release-notes.md "Deprecations & Removals": `--ft-restart-policy=min-healthy` is removed, only
+  `any-failed` remains (line 61; 0.7.0's ft_launcher rejects the value: launcher.py `--ft-restart-policy` choices);
+  in-process restart is deprecated (line 64) but works: k8s/nvrx_spec.py InProcessRestart is an explicit option.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ class NvrxSupport:
     inprocess_nccl_min: Version
     # Inclusive: every NCCL release in it crashes with in-process restart.
     inprocess_nccl_bad: tuple[Version, Version]
-    # From this NVRx release on, in-process restart is deprecated and min-healthy is gone.
-    inprocess_deprecated_from: Version
+    # From this NVRx release on, min-healthy is gone (and in-process restart deprecated).
+    min_healthy_removed_from: Version
     source: str
 
     def problems(self, *, nvrx: str, python: str, nccl: str | None, inprocess: bool, min_healthy: bool) -> list[str]:
@@ -36,15 +36,10 @@ class NvrxSupport:
         version = Version(nvrx)
         if Version(f"{python}.0") not in self.python:
             found.append(f"NVRx {nvrx} supports Python {self.python}, the image has Python {python}")
-        if inprocess and version >= self.inprocess_deprecated_from:
+        if min_healthy and version >= self.min_healthy_removed_from:
             found.append(
-                f"NVRx {nvrx} deprecates in-process restart (from {self.inprocess_deprecated_from}): use NVRx 0.4.x "
-                "or 0.5.x, or turn nvrx.inprocess off"
-            )
-        if min_healthy and version >= self.inprocess_deprecated_from:
-            found.append(
-                f"NVRx {nvrx} removed --ft-restart-policy=min-healthy (from {self.inprocess_deprecated_from}), the "
-                "policy in-process restart requires"
+                f"NVRx {nvrx} removed --ft-restart-policy=min-healthy (from {self.min_healthy_removed_from}; its "
+                "ft_launcher exits 2 on it): drop the flag, any-failed is the only policy"
             )
         if inprocess:
             low, high = self.inprocess_nccl_bad
@@ -68,7 +63,7 @@ NVRX_SUPPORT = NvrxSupport(
     python=SpecifierSet(">=3.10,<3.13"),
     inprocess_nccl_min=Version("2.26.2"),
     inprocess_nccl_bad=(Version("2.28.3"), Version("2.28.8")),
-    inprocess_deprecated_from=Version("0.6.0"),
+    min_healthy_removed_from=Version("0.6.0"),
     source="NVIDIA/nvidia-resiliency-ext README.md Platform Support (v0.4.1, v0.6.0) and "
     "docs/source/release-notes.md (v0.5.0 Known Issues, v0.6.0 Deprecations & Removals)",
 )

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU smoke for the lent GPU machine, as it is: its own Python and torch, no package index. Needs the wheels of
-# `make gpu-bundle` (NVRx 0.4.1, Ray 2.58.0 and what the machine lacks of theirs) carried in .gpu-bundle/, which it
+# `make gpu-bundle` (NVRx 0.7.0, Ray 2.58.0 and what the machine lacks of theirs) carried in .gpu-bundle/, which it
 # installs with pip --no-index --no-deps --target. A tiny Qwen2 model is built locally (tests/training/tiny.py).
 # In about 8 minutes on one GPU, each run on CUDA with NCCL and bf16 compute:
-#   nvrx-inprocess  ft_launcher (min-healthy restart policy, no launcher restarts) over training.nvrx_fsdp with the
+#   nvrx-inprocess  ft_launcher (no launcher restarts) over training.nvrx_fsdp with the
 #                   NVRx async saver and an exception at step 12 that NVRx's in-process restart must recover;
 #   ft-sigkill      ft_launcher restarting the workers after a SIGKILL of the last rank at step 12;
 #   nvrx-sync       the same loop with synchronous saves and no fault: the sync save stall and step time;
@@ -96,9 +96,9 @@ loop=(-m training.nvrx_fsdp "--model=$model" --device=cuda --steps=20 "--batch-s
     --ckpt-every=5 --log-every=5)
 # One array per run, named after it with '_' for '-' (bash names cannot hold '-').
 names=(nvrx-inprocess ft-sigkill nvrx-sync fabric ray)
-# In-process restart needs ft_launcher's min-healthy policy (NVRx 0.4.1 docs/source/fault_tolerance/integration/
-# inprocess.rst: any-failed "must not be used with inprocess"); --max-restarts=0: only the Wrapper may recover.
-nvrx_inprocess=("${ft[@]}" --max-restarts=0 --ft-restart-policy=min-healthy "${loop[@]}"
+# In-process restart (deprecated upstream from NVRx 0.6.0, k8s/nvrx_spec.py InProcessRestart) under ft_launcher's only
+# policy, any-failed (0.7.0 rejects min-healthy); --max-restarts=0: only the Wrapper may recover.
+nvrx_inprocess=("${ft[@]}" --max-restarts=0 "${loop[@]}"
     "--ckpt-dir=$work/inprocess" --ckpt-mode=async --ckpt-saver=nvrx --inprocess --inprocess-soft-timeout=30
     --inprocess-hard-timeout=45 --inprocess-barrier-timeout=60 --inprocess-max-iterations=3
     --fault=exception --fault-step=12 "--metrics-file=$work/inprocess/metrics.json")

@@ -392,7 +392,7 @@ class NvrxAsyncSaver(_SaverBase):
     writes it (after copying GPU tensors to host memory itself, via preload_fn), and the finalize function (DCP
     metadata, then our commit) runs on every rank through AsyncCallsQueue.maybe_finalize_async_calls.
 
-    NVRx 0.4.1 checks completion across ranks with all-reduces of tensors on torch.cuda.current_device(); on CPU
+    NVRx 0.7.0 checks completion across ranks with all-reduces of tensors on torch.cuda.current_device(); on CPU
     those checks are skipped (no_dist=True) and saves are finalized only blocking, where the finalize function's
     own gather keeps the ranks in step."""
 

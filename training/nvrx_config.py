@@ -23,7 +23,7 @@ from training.rehearsal import cpu_rehearsal
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B"
 # The first line of training/nvrx_fsdp.py's docstring: the parser's description.
-DESCRIPTION = "Fault-tolerant FSDP2 causal-LM training under NVIDIA Resiliency Extension (NVRx) 0.4.1."
+DESCRIPTION = "Fault-tolerant FSDP2 causal-LM training under NVIDIA Resiliency Extension (NVRx) 0.7.0."
 # NVRx's Wrapper monitors (threads, monitor process, progress watchdog) every second by default; its timeouts must
 # be longer than that.
 NVRX_MONITOR_INTERVAL_S = 1.0
@@ -50,7 +50,7 @@ FLAGS = TimeoutNames("--inprocess-soft-timeout", "--inprocess-hard-timeout", "--
 
 
 def inprocess_timeout_problem(soft: float, hard: float, barrier: float, names: TimeoutNames = FLAGS) -> str | None:
-    """What NVRx 0.4.1's inprocess.Wrapper would refuse in these timeouts (seconds), or None: each must be a
+    """What NVRx 0.7.0's inprocess.Wrapper would refuse in these timeouts (seconds), or None: each must be a
     positive finite number, soft longer than the monitoring interval, and soft < hard < barrier."""
     sep = names.separator
     for name, value in ((names.soft, soft), (names.hard, hard), (names.barrier, barrier)):

@@ -1,4 +1,4 @@
-"""Fault-tolerant FSDP2 causal-LM training under NVIDIA Resiliency Extension (NVRx) 0.4.1.
+"""Fault-tolerant FSDP2 causal-LM training under NVIDIA Resiliency Extension (NVRx) 0.7.0.
 
     ft_launcher --nproc-per-node 8 --max-restarts 3 --ft-rank-heartbeat-timeout 300 \\
         -m training.nvrx_fsdp --model Qwen/Qwen2.5-1.5B --ckpt-dir /fsx/ckpt --steps 1000 --ckpt-every 50
@@ -542,7 +542,7 @@ def train_once(
 class _NvrxBarrierStore:
     """A Wrapper store whose `barrier` is NVRx's StoreMixin.barrier(ranks, group_name, rendezvous_count, timeout).
 
-    NVRx 0.4.1 declares `class TCPStore(torch.distributed.TCPStore, StoreMixin)` (and PrefixStore likewise), so
+    NVRx (0.4.1 to 0.7.0) declares `class TCPStore(torch.distributed.TCPStore, StoreMixin)` (and PrefixStore likewise), so
     where torch's Store has a `barrier(key, world_size, timeout)` of its own (torch 2.13 does), it precedes the mixin's
     and FilterCountGroupedByKey's keyword call fails with TypeError. Every other store method is the store's own."""
 
@@ -584,7 +584,7 @@ WRAPPER_STORE_PORT_OFFSET = 1
 def wrapper_store_class() -> type[Any]:
     """The Wrapper's `store_factory`: NVRx's TCPStore, but a client on every rank (its monitor processes too).
 
-    NVRx 0.4.1's own TCPStore (inprocess/store.py) makes rank 0's Wrapper the server, so the store closes when rank
+    NVRx's own TCPStore (0.4.1 to 0.7.0 inprocess/store.py) makes rank 0's Wrapper the server, so the store closes when rank
     0's Wrapper returns. Its termination barrier does not prevent that: rank 0 waits only until the last rank has
     arrived, while ranks that arrived before the last still read the arrivals back (reentrant_barrier), and such a
     rank fails with "Connection was likely closed"; its Wrapper shutdown then raises and its process never exits
@@ -629,9 +629,9 @@ def build_wrapper(cfg: InprocessConfig, addr: StoreAddress, plan: DevicePlan) ->
     health_check = None
     if plan.device_type == "cuda":
         health_check = inprocess.health_check.CudaHealthCheck(timeout=seconds(seconds=cfg.soft_timeout_s))
-    # Node-level rank assignment (NVRx 0.4.1 docs/source/fault_tolerance/integration/inprocess.rst, with
-    # --ft-restart-policy=min-healthy): a node that lost any rank drops out whole, so the Wrapper and ft_launcher
-    # agree on what a healthy worker group is. Compose applies right to left: filter, shift, activate.
+    # Node-level rank assignment: a node that lost any rank drops out whole, so the Wrapper never runs a node with
+    # a missing rank; the lost rank's exit makes ft_launcher restart every worker (any-failed, NVRx 0.7.0).
+    # Compose applies right to left: filter, shift, activate.
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     rank_assignment = inprocess.Compose(
         inprocess.rank_assignment.ActivateAllRanks(),
@@ -642,7 +642,7 @@ def build_wrapper(cfg: InprocessConfig, addr: StoreAddress, plan: DevicePlan) ->
             timeout=seconds(seconds=cfg.barrier_timeout_s),
         ),
     )
-    return inprocess.Wrapper(
+    wrapper = inprocess.Wrapper(
         store_factory=wrapper_store_class(),
         store_kwargs={
             "host_name": addr.host,
@@ -658,6 +658,11 @@ def build_wrapper(cfg: InprocessConfig, addr: StoreAddress, plan: DevicePlan) ->
         barrier_timeout=seconds(seconds=cfg.barrier_timeout_s),
         completion_timeout=seconds(seconds=cfg.barrier_timeout_s),
     )
+    if plan.device_type != "cuda":
+        # NVRx 0.7 chains GPU, NVLink and NIC checks after ours whenever LOCAL_RANK is set (inprocess/wrap.py
+        # _construct_restart_health_check); on a machine without NVML the GPU check fails every restart.
+        wrapper.restart_health_check = health_check
+    return wrapper
 
 
 def run_inprocess(job: Job, plan: DevicePlan) -> None:

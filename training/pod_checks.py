@@ -1,7 +1,7 @@
 """A pod's own preconditions, checked before any training starts: fail in seconds with a named reason instead of
 hours later (or never) with a symptom.
 
-    python -m training.pod_checks --python 3.12 --package nvidia-resiliency-ext==0.4.1 --package torch>=2.9 \\
+    python -m training.pod_checks --python 3.12 --package nvidia-resiliency-ext==0.7.0 --package torch>=2.9 \\
         --nccl-net-plugin ofi --efa-devices 32 --memlock unlimited \\
         --shared-dir /checkpoints --peers 2 --index 0 --run-id "$JOB_UID"
 

@@ -31,14 +31,7 @@ from k8s.job_parts import (
     one_pod_per_node,
     precondition_script,
 )
-from k8s.nvrx_spec import (
-    INPROCESS_STORE_PORT,
-    NVRX_IMAGE,
-    RENDEZVOUS_PORT,
-    WRAPPER_STORE_PORT,
-    NvrxFsdpJob,
-    launch_script,
-)
+from k8s.nvrx_spec import NVRX_IMAGE, NvrxFsdpJob, launch_script
 from k8s.queueing import queue_labels
 from k8s.ray_spec import (
     CHECKPOINT_MOUNT,
@@ -67,7 +60,6 @@ def nvrx_job_image(environment: Environment, job: NvrxFsdpJob) -> str:
 EXIT_BAD_CONFIGURATION = 2
 # Every port the pods listen on (names at most 15 characters, IANA_SVC_NAME): the c10d rendezvous, the store
 # behind the in-process process groups, and the NVRx Wrapper's own store.
-PORTS = {"rendezvous": RENDEZVOUS_PORT, "inprocess-store": INPROCESS_STORE_PORT, "wrapper-store": WRAPPER_STORE_PORT}
 
 
 def job_nodes(job: NvrxFsdpJob, group: GpuNodeGroupConfig) -> int:
@@ -131,7 +123,7 @@ class NvrxJobChart(cdk8s.Chart):
             training_argv=self.training_argv,
             preconditions=precondition_script(checks, shared),
         )
-        headless_service(self, job.name, PORTS)
+        headless_service(self, job.name, job.ports)
         self.spec = self._job_spec(environment, group, job, lock.pinned(image))
         metadata = efa_job_metadata(job.name, labels=queue_labels(environment, group.name))
         if job.fabric_gate:
@@ -143,7 +135,7 @@ class NvrxJobChart(cdk8s.Chart):
         cdk8s.ApiObject(self, job.name, api_version="batch/v1", kind="Job", metadata=metadata).add_json_patch(
             cdk8s.JsonPatch.add("/spec", self.spec)
         )
-        # The gang's pods admit each other on every port (PORTS and NCCL's), no other Job's pods.
+        # The gang's pods admit each other on every port (job.ports and NCCL's), no other Job's pods.
         add_policies(self, [gang(NAMESPACE, job.name)])
 
     def _job_spec(
@@ -176,7 +168,7 @@ class NvrxJobChart(cdk8s.Chart):
                         "command": ["/bin/bash", "-c", self.script],
                         "env": env,
                         "resources": parts.resources,
-                        "ports": [{"name": name, "containerPort": port} for name, port in PORTS.items()],
+                        "ports": [{"name": name, "containerPort": port} for name, port in job.ports.items()],
                         "volumeMounts": [*parts.mounts, checkpoint_mount()],
                         "securityContext": efa_container_security(),
                     }

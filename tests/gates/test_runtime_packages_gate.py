@@ -130,7 +130,7 @@ def test_pip_installs_in_a_start_script(script: str, expected: list[list[str]]) 
 
 def test_the_nvrx_job_in_the_manifests_is_checked_against_nvrx_support(dist: Path) -> None:
     """The NVRx job's image (the built one: NVRx among its packages, no start install) meets the support rules; the
-    same manifests on an image whose NCCL crashes with in-process restart are refused."""
+    same manifests on an image whose Python NVRx does not support are refused."""
     from gates import outputs
     from gates.runtime_packages import nvrx_combinations
     from k8s.check_lock import check_lock
@@ -141,10 +141,10 @@ def test_the_nvrx_job_in_the_manifests_is_checked_against_nvrx_support(dist: Pat
     assert nvrx_combinations(outputs.manifests(dist), lock) == []
     data = lock.to_dict()
     for env in ("dev", "prod"):
-        data["images"][f"nvrx-train-{env}"]["runtime"]["nccl"] = "2.28.3"
+        data["images"][f"nvrx-train-{env}"]["runtime"]["python"] = "3.13"
     bad = nvrx_combinations(outputs.manifests(dist), ImageLock.from_dict(data))
     assert sorted({f.where.split("/")[-2] for f in bad}) == ["dev", "prod"], [str(f) for f in bad]
-    assert all("NCCL 2.28.3 crashes with NVRx in-process restart" in f.message for f in bad)
+    assert all("the image has Python 3.13" in f.message for f in bad)
 
 
 def test_requirement_files_cannot_be_checked() -> None:
@@ -193,10 +193,15 @@ def test_inprocess_restart_on_an_image_whose_nccl_is_not_recorded() -> None:
     assert any("NCCL version is not recorded (runtime.nccl" in m for m in found), found
 
 
-def test_nvrx_0_6_deprecates_inprocess_restart_and_removed_min_healthy() -> None:
-    found = nvrx_messages(f"pip install nvidia-resiliency-ext==0.6.0\n{NVRX_RUN}", LOCK)
-    assert any(m.startswith("NVRx 0.6.0 deprecates in-process restart") for m in found), found
-    assert any(m.startswith("NVRx 0.6.0 removed --ft-restart-policy=min-healthy") for m in found), found
+def test_nvrx_0_6_and_later_refuse_min_healthy_and_keep_in_process_restart() -> None:
+    """0.4.1's in-process command line (min-healthy) ends ft_launcher 0.6+ with exit 2; in-process restart itself is
+    deprecated there but works, so it alone is not refused."""
+    for version in ("0.6.0", "0.7.0"):
+        found = nvrx_messages(f"pip install nvidia-resiliency-ext=={version}\n{NVRX_RUN}", LOCK)
+        assert any(m.startswith(f"NVRx {version} removed --ft-restart-policy=min-healthy") for m in found), found
+        run = NVRX_RUN.replace(" --ft-restart-policy=min-healthy", "")
+        found = nvrx_messages(f"pip install nvidia-resiliency-ext=={version}\n{run}", LOCK)
+        assert not any("in-process" in m and "deprecat" in m for m in found), found
 
 
 def test_nvrx_baked_into_an_image_outside_its_python_range() -> None:

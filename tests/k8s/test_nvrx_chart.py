@@ -31,7 +31,6 @@ from k8s.nvrx_spec import (
     FtLauncherConfig,
     InProcessRestart,
     NvrxFsdpJob,
-    RestartPolicy,
 )
 from k8s.ray_spec import WorkloadError
 from tests.conftest import ROOT
@@ -80,7 +79,7 @@ def test_prod_renders_an_indexed_job_of_p5_pods_one_per_node(prod: Any) -> None:
     assert pod["subdomain"] == "nvrx-fsdp"
     service = objects["Service/nvrx-fsdp"]["spec"]
     assert service["clusterIP"] == "None"
-    assert {p["port"] for p in service["ports"]} == {29500, 29501, 29502}
+    assert {p["port"] for p in service["ports"]} == {29500}
 
 
 def test_each_pod_takes_the_whole_p5_from_the_instance_facts(prod: Any) -> None:
@@ -129,13 +128,14 @@ def test_an_environment_without_shared_storage_refuses_the_job_naming_the_fix() 
         NvrxJobChart(cdk8s.Testing.app(), "n", environment=bare, lock=LOCK, job=NvrxFsdpJob())
 
 
-def test_fabric_env_is_the_shared_module_and_nvrx_settings_are_explicit(prod: Any) -> None:
-    _, objects = prod
+def test_fabric_env_is_the_shared_module_and_nvrx_settings_are_explicit() -> None:
+    job = NvrxFsdpJob(inprocess=InProcessRestart(enabled=True))
+    _, objects = _chart("prod", job)
     env = _env(objects)
     for name, value in fabric_env(ENVIRONMENTS["prod"].gpu_node_groups[0].instance).items():
         assert env[name] == value
     assert env["NCCL_NET"] == "AWS Libfabric"  # forced: no silent fallback to sockets
-    hard = NvrxFsdpJob().inprocess.hard_timeout_s
+    hard = job.inprocess.hard_timeout_s
     # The NCCL watchdog must not fire before the in-process Wrapper's hard timeout.
     assert int(env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]) > hard
     assert env["TORCH_NCCL_RETHROW_CUDA_ERRORS"] == "0"
@@ -143,9 +143,8 @@ def test_fabric_env_is_the_shared_module_and_nvrx_settings_are_explicit(prod: An
     assert env["HF_HOME"].startswith("/checkpoints/")
 
 
-def test_without_inprocess_restart_the_inprocess_only_settings_are_absent() -> None:
-    job = NvrxFsdpJob(inprocess=InProcessRestart(enabled=False))
-    chart, objects = _chart("prod", job)
+def test_without_inprocess_restart_the_inprocess_only_settings_are_absent(prod: Any) -> None:
+    chart, objects = prod
     env = _env(objects)
     assert "TORCH_NCCL_RETHROW_CUDA_ERRORS" not in env
     assert "--inprocess" not in chart.training_argv
@@ -171,15 +170,34 @@ def test_launcher_command_is_accepted_by_the_real_ft_launcher_parser(prod: Any) 
     assert args.rdzv_backend == "c10d"
     assert args.rdzv_endpoint == "nvrx-fsdp-0.nvrx-fsdp.training.svc:29500"
     assert args.max_restarts == FtLauncherConfig().max_restarts
-    assert args.ft_rank_heartbeat_timeout == FtLauncherConfig().rank_heartbeat_timeout_s
-    assert args.ft_initial_rank_heartbeat_timeout == FtLauncherConfig().initial_rank_heartbeat_timeout_s
+    # 0.7.0 parses these as strings (None spellings allowed) and converts them in its FaultToleranceConfig.
+    assert float(args.ft_rank_heartbeat_timeout) == FtLauncherConfig().rank_heartbeat_timeout_s
+    assert float(args.ft_initial_rank_heartbeat_timeout) == FtLauncherConfig().initial_rank_heartbeat_timeout_s
     assert args.ft_enable_nic_monitor is False
-    # In-process restart is on in the emitted job, so the launcher must leave recovery to the Wrapper.
-    assert "--inprocess" in args.training_script_args
-    assert args.ft_restart_policy == "min-healthy"
+    assert args.ft_rdzv_impl == "barrier"
+    # In-job restart is the emitted job's fast path: in-process restart (deprecated upstream) is off.
+    assert "--inprocess" not in args.training_script_args
+    assert not any(a.startswith("--store-addr") for a in args.training_script_args)
     assert args.module is True
     assert args.training_script == "training.nvrx_fsdp"
+
+
+def test_in_process_restart_is_an_explicit_option_the_real_parser_accepts() -> None:
+    job = NvrxFsdpJob(inprocess=InProcessRestart(enabled=True))
+    chart, _ = _chart("prod", job)
+    args = get_args_parser().parse_args(_exec_argv(chart.script)[1:])
+    assert "--inprocess" in args.training_script_args
     assert "--store-addr=nvrx-fsdp-0.nvrx-fsdp.training.svc:29501" in args.training_script_args
+    # 0.7.0 knows one restart policy, any-failed, and nothing is written for it.
+    assert not any(a.startswith("--ft-restart-policy") for a in _exec_argv(chart.script))
+    assert args.ft_restart_policy == "any-failed"
+
+
+def test_0_4_1s_min_healthy_is_refused_by_the_0_7_launcher() -> None:
+    """The policy the in-process configuration passed on NVRx 0.4.1 ends ft_launcher 0.7.0 with exit 2."""
+    with pytest.raises(SystemExit) as exit_:
+        get_args_parser().parse_args(["--ft-restart-policy=min-healthy", "-m", "training.nvrx_fsdp"])
+    assert exit_.value.code == 2
 
 
 def test_the_script_runs_and_only_pod_0_hosts_the_rendezvous(prod: Any, tmp_path: Path) -> None:
@@ -194,7 +212,7 @@ def test_the_script_runs_and_only_pod_0_hosts_the_rendezvous(prod: Any, tmp_path
         path = stubs / name
         path.write_text(f"#!/bin/bash\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    conf = f"read_timeout={FtLauncherConfig().rendezvous_read_timeout_s},join_timeout=1200"
+    conf = f"store_connect_wait_seconds=900,read_timeout={FtLauncherConfig().rendezvous_read_timeout_s},join_timeout=1200"
     for index, is_host in (("0", "1"), ("1", "0")):
         env = {"PATH": f"{stubs}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": index, "JOB_UID": "u-1"}
         result = subprocess.run(["/bin/bash", "-c", chart.script], env=env, capture_output=True, text=True, check=True)
@@ -203,17 +221,21 @@ def test_the_script_runs_and_only_pod_0_hosts_the_rendezvous(prod: Any, tmp_path
 
 
 def test_rendezvous_timeouts_reach_the_real_rendezvous_config_parser(prod: Any) -> None:
-    """Issue 17 #7: torchrun's c10d read timeout is 60 s; a pod whose image pulled minutes after pod 0's
-    exceeds it on fresh p5 nodes. The manifest writes the timeouts out instead of relying on a launcher default."""
-    from nvidia_resiliency_ext.fault_tolerance._torch_elastic_compat.rendezvous.utils import (
-        _parse_rendezvous_config,
-    )
+    """Issue 17 #7: ft_launcher 0.7.0 probes pod 0's store for 120 s and reads with a 60 s timeout by default; a pod
+    whose image pulled minutes after pod 0's exceeds them on fresh p5 nodes. The manifest writes the timeouts out
+    instead of relying on a launcher default."""
+    from nvidia_resiliency_ext.fault_tolerance.launcher import _parse_rendezvous_config
 
     chart, _ = prod
     (line,) = [line for line in chart.script.splitlines() if line.startswith("exec ")]
     (conf,) = [a for a in shlex.split(line.replace("$is_host", "0")) if a.startswith("--rdzv-conf=")]
     parsed = _parse_rendezvous_config(conf.removeprefix("--rdzv-conf="))
-    assert parsed == {"is_host": "0", "read_timeout": "900", "join_timeout": "1200"}
+    assert parsed == {
+        "is_host": "0",
+        "store_connect_wait_seconds": "900",
+        "read_timeout": "900",
+        "join_timeout": "1200",
+    }
 
 
 def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher(prod: Any) -> None:
@@ -232,7 +254,7 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
     assert check_args < checks < launch
     assert lines[0] == "set -euo pipefail"  # a failed check ends the script with its own exit status
     assert lines[checks] == (
-        "python -m training.pod_checks --python 3.12 --package torch==2.9.0 --package nvidia-resiliency-ext==0.4.1 "
+        "python -m training.pod_checks --python 3.12 --package torch==2.9.0 --package nvidia-resiliency-ext==0.7.0 "
         "--package transformers==5.23.0 --nccl-net-plugin ofi --efa-devices 32 --memlock unlimited "
         "--shared-dir /checkpoints/nvrx-fsdp --peers 2 --shared-timeout 1500 --peer-host 'nvrx-fsdp-{index}.nvrx-fsdp' "
         '--index "$JOB_COMPLETION_INDEX" --run-id "$JOB_UID"'
@@ -328,17 +350,14 @@ def test_more_nodes_than_the_group_allows_is_refused_with_the_fix() -> None:
         (lambda: FtLauncherConfig(rank_heartbeat_timeout_s=1300), r"0 < rank <= initial"),
         (lambda: FtLauncherConfig(rendezvous_read_timeout_s=0), r"0 < read <= join"),
         (lambda: FtLauncherConfig(rendezvous_read_timeout_s=1300), r"0 < read <= join"),
+        (lambda: FtLauncherConfig(rendezvous_store_connect_wait_s=0), r"0 < store_connect_wait <= join"),
         (
-            lambda: NvrxFsdpJob(ft_launcher=FtLauncherConfig(rank_heartbeat_timeout_s=300)),
+            lambda: NvrxFsdpJob(
+                inprocess=InProcessRestart(enabled=True), ft_launcher=FtLauncherConfig(rank_heartbeat_timeout_s=300)
+            ),
             r"rank_heartbeat_timeout_s=300 must exceed nvrx.inprocess.hard_timeout_s=360",
         ),
         (lambda: NvrxFsdpJob(preconditions_timeout_s=5), r"preconditions_timeout_s=5 must be 10 to 3600"),
-        # NVRx 0.4.1 inprocess.rst: any-failed with in-process restart is "Not allowed"; min-healthy is required.
-        (
-            lambda: NvrxFsdpJob(ft_launcher=FtLauncherConfig(restart_policy=RestartPolicy.ANY_FAILED)),
-            r"restart_policy=.any-failed. with nvrx.inprocess.enabled: "
-            r"NVRx 0.4.1 requires --ft-restart-policy=min-healthy",
-        ),
         (lambda: FtLauncherConfig(rank_termination_signal="SIGHUP"), r"SIGKILL or SIGTERM"),
         (lambda: NvrxFsdpJob(pip=("nvidia-resiliency-ext",)), r"not pinned"),
         (lambda: NvrxFsdpJob(name="NVRX"), r"nvrx.name='NVRX' must be lower-case"),
@@ -351,25 +370,17 @@ def test_bad_settings_are_refused_naming_the_field(make: Any, message: str) -> N
         make()
 
 
-def test_every_port_the_pods_listen_on_is_declared_on_the_service_and_the_container(prod: Any) -> None:
+@pytest.mark.parametrize("inprocess", [False, True])
+def test_every_port_the_pods_listen_on_is_declared_on_the_service_and_the_container(inprocess: bool) -> None:
     from training.nvrx_fsdp import WRAPPER_STORE_PORT_OFFSET
 
-    # rendezvous (c10d), the per-iteration process-group store (--store-addr) and the Wrapper's own store, which
-    # training/nvrx_fsdp.py puts at --store-addr's port + WRAPPER_STORE_PORT_OFFSET.
+    # rendezvous (c10d), and with in-process restart the per-iteration process-group store (--store-addr) and the
+    # Wrapper's own store, which training/nvrx_fsdp.py puts at --store-addr's port + WRAPPER_STORE_PORT_OFFSET.
     assert WRAPPER_STORE_PORT == INPROCESS_STORE_PORT + WRAPPER_STORE_PORT_OFFSET
-    expected = {RENDEZVOUS_PORT, INPROCESS_STORE_PORT, WRAPPER_STORE_PORT}
-    _, objects = prod
+    expected = {RENDEZVOUS_PORT, *([INPROCESS_STORE_PORT, WRAPPER_STORE_PORT] if inprocess else [])}
+    _, objects = _chart("prod", NvrxFsdpJob(inprocess=InProcessRestart(enabled=inprocess)))
     assert {p["port"] for p in objects["Service/nvrx-fsdp"]["spec"]["ports"]} == expected
     assert {p["containerPort"] for p in _container(objects)["ports"]} == expected
-
-
-def test_without_inprocess_restart_any_failed_is_allowed() -> None:
-    job = NvrxFsdpJob(
-        inprocess=InProcessRestart(enabled=False), ft_launcher=FtLauncherConfig(restart_policy=RestartPolicy.ANY_FAILED)
-    )
-    assert "--ft-restart-policy=any-failed" in job.ft_launcher.argv(
-        nodes=2, gpus_per_node=8, rendezvous_host="h", rendezvous_id="r"
-    )
 
 
 def test_unknown_gpu_group_is_refused() -> None:
@@ -390,9 +401,10 @@ def test_synthesis_is_deterministic() -> None:
     assert os.environ.get("JOB_COMPLETION_INDEX") is None  # nothing leaked into the test process
 
 
-def test_training_flags_are_accepted_by_the_real_training_cli(prod: Any) -> None:
-    chart, _ = prod
-    job = NvrxFsdpJob()
+@pytest.mark.parametrize("inprocess", [False, True])
+def test_training_flags_are_accepted_by_the_real_training_cli(inprocess: bool) -> None:
+    job = NvrxFsdpJob(inprocess=InProcessRestart(enabled=inprocess))
+    chart, _ = _chart("prod", job)
     # argv[0:2] is "-m training.nvrx_fsdp"; the rest is what the module's own parser gets.
     assert chart.training_argv[:2] == ["-m", "training.nvrx_fsdp"]
     parsed = parse_job(chart.training_argv[2:])
@@ -400,20 +412,23 @@ def test_training_flags_are_accepted_by_the_real_training_cli(prod: Any) -> None
     assert parsed.ckpt_every == job.checkpoint.every_steps
     assert parsed.ckpt_mode == job.checkpoint.mode.value
     assert parsed.ckpt_keep == job.checkpoint.keep
-    assert parsed.inprocess.enabled is True
-    assert parsed.inprocess.hard_timeout_s == job.inprocess.hard_timeout_s
-    assert parsed.store_addr is not None
+    assert parsed.inprocess.enabled is inprocess
     assert parsed.pg_timeout_s == job.collective_timeout_s
-    # The NCCL watchdog outlasts the Wrapper's hard timeout (NVRx requirement).
-    assert parsed.pg_timeout_s > parsed.inprocess.hard_timeout_s
     assert str(parsed.ckpt_dir) == job.checkpoint_dir
+    if inprocess:
+        assert parsed.inprocess.hard_timeout_s == job.inprocess.hard_timeout_s
+        assert parsed.store_addr is not None
+        # The NCCL watchdog outlasts the Wrapper's hard timeout (NVRx requirement).
+        assert parsed.pg_timeout_s > parsed.inprocess.hard_timeout_s
+    else:
+        assert parsed.store_addr is None
 
 
-def test_inprocess_soft_timeout_covers_model_load_and_a_restore(prod: Any) -> None:
+def test_inprocess_soft_timeout_covers_model_load_and_a_restore() -> None:
     """Issue 17 #7: a 60 s soft timeout could fire during model load or a DCP restore from FSx, which run inside
     the Wrapper's first iteration before the first progress ping (InProcessRestart's docstring has the figures)."""
-    chart, _ = prod
-    job = NvrxFsdpJob()
+    job = NvrxFsdpJob(inprocess=InProcessRestart(enabled=True))
+    chart, _ = _chart("prod", job)
     assert job.inprocess.soft_timeout_s >= 300
     assert f"--inprocess-soft-timeout={job.inprocess.soft_timeout_s}" in chart.training_argv
     # Ordering kept: ft_launcher's per-step heartbeat outlasts the Wrapper's hard timeout.
@@ -449,13 +464,13 @@ def test_the_job_runs_the_environments_built_image_and_installs_nothing(env: str
     assert image.split("@")[0] == LOCK.get(f"nvrx-train-{env}").reference
     assert f"/{ENVIRONMENTS[env].cluster.name}/nvrx-train:nvrx-" in image
     assert "pip install" not in chart.script
-    assert "nvidia-resiliency-ext==0.4.1" in _container(objects)["command"][-1]  # still checked at each pod start
+    assert "nvidia-resiliency-ext==0.7.0" in _container(objects)["command"][-1]  # still checked at each pod start
 
 
 def test_start_install_is_an_opt_in_dev_allows() -> None:
     chart, objects = _chart("dev", NvrxFsdpJob(start_install=True))
     assert _container(objects)["image"].split("@")[0] == LOCK.get(NVRX_IMAGE).reference
-    assert "python -m pip install --no-cache-dir nvidia-resiliency-ext==0.4.1 transformers==5.23.0" in chart.script
+    assert "python -m pip install --no-cache-dir nvidia-resiliency-ext==0.7.0 transformers==5.23.0" in chart.script
 
 
 def test_prod_refuses_the_start_install() -> None:

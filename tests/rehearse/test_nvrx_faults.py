@@ -1,12 +1,13 @@
 """The NVRx Indexed Job (prod, g6 group: two pods under ft_launcher, one rank each in the rehearsal, checkpoints on
 the shared claim) rehearsed through its faults, each of which must reach Complete:
-- a rank exception: the NVRx Wrapper restarts the training function in the same processes;
-- a rank SIGKILLed inside the training (with min-healthy, the policy in-process restart requires, its node's
-  group is no longer healthy, so ft_launcher restarts the workers and every rank resumes from the last
-  committed checkpoint);
+- a rank exception, with in-process restart (an explicit option, deprecated upstream): the NVRx Wrapper restarts the
+  training function in the same processes;
+- a rank SIGKILLed inside the training: its node's ft_launcher fails its worker group and opens a new rendezvous
+  round, every other launcher joins the restart (any-failed, NVRx 0.7.0), and every rank resumes from the last
+  committed checkpoint;
 - pod 1 lost as its node is (`--kill`: DisruptionTarget, the Job's Ignore rule replaces the pod without
   counting, the new pod joins the rendezvous and the job resumes on the claim);
-- pod 0 lost: it hosts the c10d rendezvous store and the in-process stores, so pod 1's launcher fails too and
+- pod 0 lost: it hosts the c10d rendezvous store (and the in-process stores), so pod 1's launcher fails too and
   that failure counts against backoffLimit (k8s/nvrx_spec.py sizes it per node)."""
 
 from __future__ import annotations
@@ -63,13 +64,15 @@ def test_a_sigkilled_rank_is_restarted_by_ft_launcher_from_the_last_committed_ch
     result = rehearse(tmp_path, nvrx_manifests("prod", job, lock), tiny_model)
     completed(result)
     nvrx = result.workload("nvrx-fsdp")
-    # ft_launcher restarted the workers inside the pods: no pod was replaced. With in-process restart the policy is
-    # min-healthy (NVRx 0.4.1 inprocess.rst): pod 1's group lost a rank, so fewer healthy groups than --nnodes
-    # remain and every launcher restarts its workers (launcher.py _invoke_run_with_min_healthy_policy).
+    # ft_launcher restarted the workers inside the pods: no pod was replaced. Pod 1's group failed and its launcher
+    # opened the next round; pod 0's launcher joined it, having seen the round open or its own rank fail on the lost
+    # peer first (NVRx 0.7.0 launcher.py _invoke_run_with_any_failed_policy logs one or the other).
     assert [(p.hostname, p.phase) for p in nvrx.pods] == [("nvrx-fsdp-0", "Succeeded"), ("nvrx-fsdp-1", "Succeeded")]
+    assert "Worker group FAILED. 3/3 attempts left; will restart worker group" in nvrx.pod("nvrx-fsdp-1").log()
+    pod_0 = nvrx.pod("nvrx-fsdp-0").log()
+    assert "Joining cluster restart" in pod_0 or "3/3 attempts left; will restart worker group" in pod_0, pod_0[-3000:]
     for pod in nvrx.pods:
-        assert "restart attempts left; restarting worker group" in pod.log(), pod.name
-    assert "detected that the run ended successfuly" in nvrx.pod("nvrx-fsdp-0").log()
+        assert "worker group successfully finished" in pod.log(), pod.name
     report = metrics(tmp_path)
     assert report["restarts"]["torchelastic"] == 1
     (recovery,) = report["recoveries"]
@@ -116,7 +119,7 @@ def test_a_lost_pod_1_is_replaced_without_counting_and_the_job_resumes_from_the_
     assert first.conditions == [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}]
     assert first.exit_codes["trainer"] == 137
     assert replacement.phase == "Succeeded"
-    # Pod 0 (the rendezvous store's host) saw pod 1's group go and restarted its workers (min-healthy); the new
+    # Pod 0 (the rendezvous store's host) saw pod 1's group go and restarted its workers (any-failed); the new
     # pod 1 joined the next rendezvous round. The Job's Ignore rule for DisruptionTarget: nothing counted.
     assert nvrx.pods[0].phase == "Succeeded"
     assert counted_failures(nvrx.pods) == []
@@ -157,7 +160,7 @@ def test_a_rank_exception_is_recovered_from_the_last_committed_checkpoint(
     # it; training/nvrx_fsdp.py pg_timeout: (soft + hard) / 2). With the chart's 300 / 360 s that is 330 s: seen
     # here, pod 0's ranks had not unwound 280 s after the fault when the 480 s hang guard ended the run. So the
     # rehearsal uses timeouts a tiny model on CPU can honour; on GPUs NCCL's abort unblocks the collective.
-    fast = InProcessRestart(soft_timeout_s=60, hard_timeout_s=75, barrier_timeout_s=90)
+    fast = InProcessRestart(enabled=True, soft_timeout_s=60, hard_timeout_s=75, barrier_timeout_s=90)
     job = faulty_job(tiny_model, "--fault=exception", "--fault-step=5", "--fault-rank=1", inprocess=fast)
     result = rehearse(tmp_path, nvrx_manifests("prod", job, lock), tiny_model, timeout_s=600.0)
     completed(result)

@@ -18,7 +18,7 @@ from k8s.charts.nvrx_job import NvrxJobChart
 from k8s.charts.ray import TrainingCodeChart
 from k8s.check_lock import check_lock
 from k8s.images import ImageLock
-from k8s.nvrx_spec import CheckpointPolicy, FtLauncherConfig, InProcessRestart, NvrxFsdpJob
+from k8s.nvrx_spec import CheckpointPolicy, FtLauncherConfig, NvrxFsdpJob
 from rehearse import Options, Rehearsal, run
 from tests.image_envs import image_pythons
 
@@ -53,14 +53,8 @@ def trainer_logs(result: Rehearsal) -> str:
 
 
 def test_dev_nvrx_job_completes_on_two_pods(tmp_path: Path, tiny_model: Path, lock: ImageLock) -> None:
-    # Fail fast instead of retrying a failure no retry can fix: one in-process iteration, no
-    # ft_launcher restart, no pod replacement.
-    job = nvrx_job(
-        tiny_model,
-        inprocess=InProcessRestart(max_iterations=1),
-        ft_launcher=FtLauncherConfig(max_restarts=0),
-        backoff_limit=0,
-    )
+    # Fail fast instead of retrying a failure no retry can fix: no ft_launcher restart, no pod replacement.
+    job = nvrx_job(tiny_model, ft_launcher=FtLauncherConfig(max_restarts=0), backoff_limit=0)
     # Issue 17 (3), before dev had the FSx claim: pod 1's ranks failed with FileNotFoundError at step 2 (a per-pod
     # emptyDir), then ft_launcher on pod 0 kept its rank monitors "handling" and the pods never ended; bounded here.
     result = rehearse(tmp_path, nvrx_manifests("dev", job, lock), tiny_model, timeout_s=120.0)

@@ -44,8 +44,6 @@ def nvrx_exception(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
         *("--fault", "exception", "--fault-step", "6", "--fault-rank", "1", "--inprocess"),
         *("--inprocess-soft-timeout", "5", "--inprocess-hard-timeout", "10", "--inprocess-barrier-timeout", "20"),
         max_restarts=0,  # the job only succeeds if the Wrapper recovers without the launcher
-        # With in-process restart NVRx 0.4.1 requires min-healthy (fault_tolerance/integration/inprocess.rst).
-        ft=("--ft-restart-policy", "min-healthy"),
     )
 
 

@@ -68,12 +68,13 @@ def ft_launch(argv: list[str]) -> tuple[object, Job]:
     return launcher, job
 
 
-def test_the_inprocess_run_uses_the_nvrx_async_saver_and_the_min_healthy_policy(
+def test_the_inprocess_run_uses_the_nvrx_async_saver_under_the_only_restart_policy_0_7_knows(
     commands: dict[str, list[str]],
 ) -> None:
     launcher, job = ft_launch(commands["nvrx-inprocess"])
-    # NVRx 0.4.1 docs/source/fault_tolerance/integration/inprocess.rst: min-healthy is required with inprocess.
-    assert vars(launcher)["ft_restart_policy"] == "min-healthy"
+    # NVRx 0.7.0 launcher.py: --ft-restart-policy accepts any-failed only (0.4.1's min-healthy exits 2); not written.
+    assert not any(a.startswith("--ft-restart-policy") for a in commands["nvrx-inprocess"])
+    assert vars(launcher)["ft_restart_policy"] == "any-failed"
     assert vars(launcher)["max_restarts"] == 0  # only the Wrapper may recover
     assert (job.ckpt_saver, job.ckpt_mode) == ("nvrx", "async")
     assert job.inprocess.enabled
@@ -161,7 +162,7 @@ def test_it_refuses_to_start_where_torch_sees_no_gpu(tmp_path: Path) -> None:
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "manifest.json").write_text('{"wheels": [{"name": "nvidia-resiliency-ext"}]}')
-    (bundle / "nvidia_resiliency_ext-0.4.1-py3-none-any.whl").write_bytes(b"")
+    (bundle / "nvidia_resiliency_ext-0.7.0-cp312-cp312-manylinux_2_39_x86_64.whl").write_bytes(b"")
     # This machine's Python and torch (CPU only): the wheels are there, the GPU is what is missing.
     result = refusal(tmp_path, sys.executable, bundle)
     assert result.returncode == 2
