@@ -64,7 +64,7 @@ CI_REHEARSALS: dict[str, str] = {
     "tests/rehearse/cluster/test_cluster_rehearsal.py": "real pods on the cluster model's nodes: placement, a pod "
     "Pending with kube-scheduler's reason, node loss in scaled cluster time, the CLI's options",
     "tests/rehearse/test_nvrx_faults.py::test_a_sigkilled_rank_is_restarted_by_ft_launcher_from_the_last_committed_"
-    "checkpoint": "a SIGKILLed rank inside the chart's pods: ft_launcher's min-healthy restart on both pods, the "
+    "checkpoint": "a SIGKILLed rank inside the chart's pods: ft_launcher's any-failed restart on both pods, the "
     "resume from the last committed checkpoint on the claim",
     "tests/rehearse/cluster/test_fabric_gate_rehearsal.py::test_a_node_the_gate_fails_under_the_ray_job_is_tainted_"
     "and_the_retried_cluster_completes_elsewhere": "the fabric gate in a real Ray job: the worker posts its verdict "
