@@ -542,9 +542,10 @@ def train_once(
 class _NvrxBarrierStore:
     """A Wrapper store whose `barrier` is NVRx's StoreMixin.barrier(ranks, group_name, rendezvous_count, timeout).
 
-    NVRx (0.4.1 to 0.7.0) declares `class TCPStore(torch.distributed.TCPStore, StoreMixin)` (and PrefixStore likewise), so
-    where torch's Store has a `barrier(key, world_size, timeout)` of its own (torch 2.13 does), it precedes the mixin's
-    and FilterCountGroupedByKey's keyword call fails with TypeError. Every other store method is the store's own."""
+    NVRx (0.4.1 to 0.7.0) declares `class TCPStore(torch.distributed.TCPStore, StoreMixin)` (and PrefixStore
+    likewise), so where torch's Store has a `barrier(key, world_size, timeout)` of its own (torch 2.13 does), it
+    precedes the mixin's and FilterCountGroupedByKey's keyword call fails with TypeError. Every other store method is
+    the store's own."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
@@ -584,14 +585,14 @@ WRAPPER_STORE_PORT_OFFSET = 1
 def wrapper_store_class() -> type[Any]:
     """The Wrapper's `store_factory`: NVRx's TCPStore, but a client on every rank (its monitor processes too).
 
-    NVRx's own TCPStore (0.4.1 to 0.7.0 inprocess/store.py) makes rank 0's Wrapper the server, so the store closes when rank
-    0's Wrapper returns. Its termination barrier does not prevent that: rank 0 waits only until the last rank has
-    arrived, while ranks that arrived before the last still read the arrivals back (reentrant_barrier), and such a
-    rank fails with "Connection was likely closed"; its Wrapper shutdown then raises and its process never exits
-    (the progress-watchdog thread is left running), which ft_launcher takes for a failed worker group and restarts a
-    finished job. Here rank 0's process hosts the server outside the Wrapper (host_wrapper_store) and keeps it until
-    every rank has left its Wrapper (leave_together); no rank is critical, so none waits in the termination
-    barrier."""
+    NVRx's own TCPStore (0.4.1 to 0.7.0 inprocess/store.py) makes rank 0's Wrapper the server, so the store closes
+    when rank 0's Wrapper returns. Its termination barrier does not prevent that: rank 0 waits only until the last
+    rank has arrived, while ranks that arrived before the last still read the arrivals back (reentrant_barrier), and
+    such a rank fails with "Connection was likely closed"; its Wrapper shutdown then raises and its process never
+    exits (the progress-watchdog thread is left running), which ft_launcher takes for a failed worker group and
+    restarts a finished job. Here rank 0's process hosts the server outside the Wrapper (host_wrapper_store) and
+    keeps it until every rank has left its Wrapper (leave_together); no rank is critical, so none waits in the
+    termination barrier."""
     from nvidia_resiliency_ext.inprocess.store import TCPStore as NvrxTCPStore
 
     class WrapperStore(NvrxTCPStore):  # type: ignore[misc]

@@ -212,7 +212,8 @@ def test_the_script_runs_and_only_pod_0_hosts_the_rendezvous(prod: Any, tmp_path
         path = stubs / name
         path.write_text(f"#!/bin/bash\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    conf = f"store_connect_wait_seconds=900,read_timeout={FtLauncherConfig().rendezvous_read_timeout_s},join_timeout=1200"
+    read = FtLauncherConfig().rendezvous_read_timeout_s
+    conf = f"store_connect_wait_seconds=900,read_timeout={read},join_timeout=1200"
     for index, is_host in (("0", "1"), ("1", "0")):
         env = {"PATH": f"{stubs}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": index, "JOB_UID": "u-1"}
         result = subprocess.run(["/bin/bash", "-c", chart.script], env=env, capture_output=True, text=True, check=True)

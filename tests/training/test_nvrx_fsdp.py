@@ -97,7 +97,7 @@ def test_store_addr_forms() -> None:
 
 
 def test_timeouts_are_checked_like_nvrx_does() -> None:
-    # Ours refuses what NVRx 0.4.1 refuses (soft < hard < barrier), with a message naming the flags...
+    # Ours refuses what NVRx 0.7.0 refuses (soft < hard < barrier), with a message naming the flags...
     with pytest.raises(ValueError, match="--inprocess-hard-timeout 30 must be less than --inprocess-barrier-timeout"):
         InprocessConfig(enabled=True, soft_timeout_s=10, hard_timeout_s=30, barrier_timeout_s=30)
     from nvidia_resiliency_ext import inprocess

@@ -1,4 +1,4 @@
-"""Where the NVRx Wrapper's store lives (training/nvrx_fsdp.py): real NVRx 0.4.1 Wrappers in three CPU processes.
+"""Where the NVRx Wrapper's store lives (training/nvrx_fsdp.py): real NVRx 0.7.0 Wrappers in three CPU processes.
 
 Issue 22: after a pod loss the NVRx job resumed and finished, then ft_launcher restarted it: a rank still in the
 Wrapper's termination barrier lost the store that rank 0's Wrapper had hosted and closed on its way out."""

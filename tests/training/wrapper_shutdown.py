@@ -1,4 +1,4 @@
-"""One rank of a 3-rank in-process run whose training function does nothing, with NVRx 0.4.1's Wrapper shutdown
+"""One rank of a 3-rank in-process run whose training function does nothing, with NVRx 0.7.0's Wrapper shutdown
 slowed where it races: `python -m tests.training.wrapper_shutdown RANK WORLD_SIZE STORE_PORT CKPT_DIR`.
 
 In the Wrapper's termination barrier (inprocess/store.py reentrant_barrier) each rank appends itself to the
