@@ -11,7 +11,8 @@ save has finished (for async saves: after the background write has finalized on 
 the marker (a save cut short by a crash) is never loaded, and later cleaned up.
 
 Three savers share one interface (`Saver`):
-  * TorchAsyncSaver: torch.distributed.checkpoint.async_save (stages to CPU memory, writes in a thread); CPU and GPU.
+  * TorchAsyncSaver: torch.distributed.checkpoint.async_save (stages to CPU memory in a thread while the next step's
+    forward and backward run, writes in another); CPU and GPU.
   * NvrxAsyncSaver: NVRx's async_ckpt (FileSystemWriterAsync + a persistent writer process); NVRx's cross-rank
     completion checks allocate CUDA tensors, so on CPU it only finalizes blocking (at the next save or the end).
   * SyncSaver: dcp.save and commit before returning; the baseline for stall measurements.
@@ -37,10 +38,13 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save, save
 from torch.futures import Future as TorchFuture
+
+from training.nvrx_config import NVRX_SAVER_NEEDS_CUDA
 
 STEP_PREFIX = "step_"
 STEP_DIGITS = 9
@@ -186,11 +190,13 @@ class TrainState:
 @dataclass
 class SaveRecord:
     """One save. stall_s: how long save() blocked the step loop (for async: waiting for the previous save, state
-    dict, staging to CPU); commit_wait_s: later blocking spent committing it (completion checks, marker)."""
+    dict, planning), plus staged_wait_s: how long the next optimizer step waited for the copy to CPU memory to end;
+    commit_wait_s: later blocking spent committing it (completion checks, marker)."""
 
     step: int
     saver: str
     stall_s: float = 0.0
+    staged_wait_s: float = 0.0
     started_at: float = 0.0
     commit_wait_s: float = 0.0
     committed_at: float | None = None
@@ -202,7 +208,11 @@ class Saver(Protocol):
     last_committed: int | None
 
     def save(self, step: int, state: TrainState) -> None:
-        """Starts saving step (async savers return once the state is staged); finalizes the previous save first."""
+        """Starts saving step; finalizes the previous save first."""
+
+    def before_update(self) -> SaveRecord | None:
+        """Called before every optimizer step: blocks until the pending save no longer reads the live parameters and
+        optimizer state; returns its record the first time it did (its staged_wait_s set), else None."""
 
     def poll(self) -> int | None:
         """Commits a finished save without blocking on the write; every rank must call it at the same point."""
@@ -295,6 +305,9 @@ class _SaverBase:
         if self.on_commit is not None:
             self.on_commit(record)
 
+    def before_update(self) -> SaveRecord | None:
+        return None
+
     def _start_record(self, step: int) -> SaveRecord:
         record = SaveRecord(step=step, saver=self.name, started_at=time.time())
         self.records.append(record)
@@ -326,14 +339,27 @@ class SyncSaver(_SaverBase):
 
 
 class TorchAsyncSaver(_SaverBase):
-    """dcp.async_save in a background thread over `group`, which must be a gloo group used by nothing else:
-    the thread's collectives would otherwise interleave with the training loop's on the same group."""
+    """dcp.async_save in background threads over `group`, which must be a gloo group used by nothing else:
+    the threads' collectives would otherwise interleave with the training loop's on the same group.
+
+    The state is copied to CPU memory in a thread of its own (torch's DefaultStager with use_async_staging) while the
+    next step's forward and backward run; the state dict holds the live parameters and optimizer state, so the
+    optimizer step waits for that copy first (before_update)."""
 
     name: SaverName = "torch-async"
 
     def __init__(self, root: Path, **kwargs: Any) -> None:
         super().__init__(root, **kwargs)
         self._pending: tuple[SaveRecord, Future[Any]] | None = None
+        self._staging: tuple[SaveRecord, Future[Any]] | None = None
+        cuda = self.device.type == "cuda"
+        # Pinned memory and non-blocking copies need an accelerator (torch staging.py StagingOptions); shared memory
+        # is for a writer in another process, and the writer here is a thread.
+        self._stager = DefaultStager(
+            StagingOptions(
+                use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=cuda
+            )
+        )
 
     def save(self, step: int, state: TrainState) -> None:
         start = time.perf_counter()
@@ -341,11 +367,26 @@ class TorchAsyncSaver(_SaverBase):
         record = self._start_record(step)
         directory = self._prepare(step)
         response = async_save(
-            _dcp_state(state), storage_writer=_writer(directory, self.slow_write_s), process_group=self.group
+            _dcp_state(state),
+            storage_writer=_writer(directory, self.slow_write_s),
+            process_group=self.group,
+            async_stager=self._stager,
         )
-        future = response.upload_completion if isinstance(response, AsyncSaveResponse) else response
-        self._pending = (record, future)
+        if not isinstance(response, AsyncSaveResponse):
+            raise TypeError(f"async_save with a stager returned {type(response).__name__}, not AsyncSaveResponse")
+        self._pending = (record, response.upload_completion)
+        self._staging = (record, response.staging_completion)
         record.stall_s = time.perf_counter() - start
+
+    def before_update(self) -> SaveRecord | None:
+        if self._staging is None:
+            return None
+        record, future = self._staging
+        self._staging = None
+        start = time.perf_counter()
+        future.result()
+        record.staged_wait_s = time.perf_counter() - start
+        return record
 
     def poll(self) -> int | None:
         if self._pending is None:
@@ -369,6 +410,7 @@ class TorchAsyncSaver(_SaverBase):
         assert self._pending is not None
         record, future = self._pending
         self._pending = None
+        self._staging = None  # the write began after the copy ended
         future.result()  # re-raises a failed write: the save is then never committed
         self._commit(record)
         record.commit_wait_s += time.perf_counter() - start
@@ -376,8 +418,10 @@ class TorchAsyncSaver(_SaverBase):
 
     def close(self) -> None:
         self.finalize()
+        self._stager.close()
 
     def abandon(self) -> None:
+        self._staging = None
         if self._pending is None:
             return
         _, future = self._pending
@@ -387,14 +431,22 @@ class TorchAsyncSaver(_SaverBase):
             future.exception(timeout=5.0)
 
 
+# How often a blocking finalize looks for NVRx's writer's answer (and at the writer).
+WRITER_POLL_S = 0.05
+
+
 class NvrxAsyncSaver(_SaverBase):
     """NVRx async_ckpt: FileSystemWriterAsync plans the save on the training thread, a persistent spawned process
     writes it (after copying GPU tensors to host memory itself, via preload_fn), and the finalize function (DCP
     metadata, then our commit) runs on every rank through AsyncCallsQueue.maybe_finalize_async_calls.
 
-    NVRx 0.7.0 checks completion across ranks with all-reduces of tensors on torch.cuda.current_device(); on CPU
-    those checks are skipped (no_dist=True) and saves are finalized only blocking, where the finalize function's
-    own gather keeps the ranks in step."""
+    CUDA only: NVRx 0.7.0 checks completion across ranks, and finalizes, with tensors on torch.cuda.current_device()
+    (async_ckpt/core.py, state_dict_saver.py save_state_dict_async_finalize), and its writer takes
+    `rank % torch.cuda.device_count()` first (core.py async_process_target).
+
+    NVRx's blocking wait polls a queue the writer answers on and never looks at the writer itself: a writer that
+    died (the OOM killer, a CUDA error) leaves the rank waiting until ft_launcher's heartbeat timeout.
+    Waits here poll without blocking and fail at once, naming the exit code, once the writer is gone."""
 
     name: SaverName = "nvrx-async"
 
@@ -402,9 +454,10 @@ class NvrxAsyncSaver(_SaverBase):
         super().__init__(root, **kwargs)
         if self.slow_write_s > 0:
             raise ValueError("the slow-write test knob is only supported by the torch savers")
+        if self.device.type != "cuda":
+            raise ValueError(NVRX_SAVER_NEEDS_CUDA)
         from nvidia_resiliency_ext.checkpointing.async_ckpt.core import AsyncCallsQueue
 
-        self.cuda = self.device.type == "cuda"
         self._queue = AsyncCallsQueue(persistent=True)
         self._pending: SaveRecord | None = None
 
@@ -428,7 +481,7 @@ class NvrxAsyncSaver(_SaverBase):
             save_state_dict_async_finalize(*plan)
             self._commit(record)
 
-        request = AsyncRequest(save_fn, save_args, [finalize_fn], preload_fn=preload_fn if self.cuda else None)
+        request = AsyncRequest(save_fn, save_args, [finalize_fn], preload_fn=preload_fn)
         self._queue.schedule_async_request(request)
         self._pending = record
         record.stall_s = time.perf_counter() - start
@@ -438,15 +491,29 @@ class NvrxAsyncSaver(_SaverBase):
         if record is None:
             return None
         start = time.perf_counter()
-        self._queue.maybe_finalize_async_calls(blocking=blocking, no_dist=not self.cuda)
+        # Each poll's verdict is all-reduced, so every rank goes round this loop equally often.
+        self._queue.maybe_finalize_async_calls(blocking=False, no_dist=False)
+        while blocking and self._queue.get_num_unfinalized_calls() > 0:
+            self._require_writer(record)
+            time.sleep(WRITER_POLL_S)
+            self._queue.maybe_finalize_async_calls(blocking=False, no_dist=False)
         record.commit_wait_s += time.perf_counter() - start
         if self._queue.get_num_unfinalized_calls() > 0:
             return None
         self._pending = None
         return record.step
 
+    def _require_writer(self, record: SaveRecord) -> None:
+        caller = self._queue.persistent_caller
+        process = getattr(caller, "process", None)
+        if process is not None and not process.is_alive():
+            raise RuntimeError(
+                f"NVRx's checkpoint writer (pid {process.pid}) exited with code {process.exitcode} before finishing "
+                f"the save of step {record.step}; the save is not committed (its output is in this rank's log)"
+            )
+
     def poll(self) -> int | None:
-        return self._finalize(blocking=False) if self.cuda else None
+        return self._finalize(blocking=False)
 
     def finalize(self) -> int | None:
         return self._finalize(blocking=True)

@@ -28,6 +28,8 @@ class Event(StrEnum):
     """Rank 0 finished a step (step, seconds, loss)."""
     SAVE = "save"
     """Rank 0 started a checkpoint save (step, saver, stall_s: how long it blocked training)."""
+    STAGED = "staged"
+    """The next optimizer step waited for that save's copy of the state to end (step, wait_s)."""
     COMMIT = "commit"
     """A save became complete on storage (step, stall_s, commit_wait_s)."""
     FAULT = "fault"
@@ -90,13 +92,20 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     context = ("run_id", "restart", "iteration")
     steps = [{k: e[k] for k in ("step", "seconds", "loss", *context)} for e in by_kind.get(Event.STEP, [])]
     committed = {(e["run_id"], e["restart"], e["iteration"], e["step"]) for e in by_kind.get(Event.COMMIT, [])}
-    saves = [
-        {
-            **{k: e[k] for k in ("step", "saver", "stall_s", *context)},
-            "committed": (e["run_id"], e["restart"], e["iteration"], e["step"]) in committed,
-        }
-        for e in by_kind.get(Event.SAVE, [])
-    ]
+    staged = {
+        (e["run_id"], e["restart"], e["iteration"], e["step"]): e["wait_s"] for e in by_kind.get(Event.STAGED, [])
+    }
+    saves = []
+    for e in by_kind.get(Event.SAVE, []):
+        key = (e["run_id"], e["restart"], e["iteration"], e["step"])
+        # The step loop was blocked while save() ran and again while the next optimizer step waited for the copy.
+        saves.append(
+            {
+                **{k: e[k] for k in ("step", "saver", *context)},
+                "stall_s": e["stall_s"] + staged.get(key, 0.0),
+                "committed": key in committed,
+            }
+        )
     resumes = by_kind.get(Event.RESUMED, [])
     recoveries = []
     for fault in by_kind.get(Event.FAULT, []):

@@ -31,6 +31,12 @@ NVRX_MONITOR_INTERVAL_S = 1.0
 DeviceChoice = Literal["auto", "cpu", "cuda"]
 CkptMode = Literal["async", "sync"]
 SaverChoice = Literal["auto", "torch", "nvrx"]
+# NVRx 0.7.0's async checkpoint finalize broadcasts its failure flag in a tensor on torch.cuda.current_device()
+# (checkpointing/async_ckpt/state_dict_saver.py save_state_dict_async_finalize; 0.4.1 ran on CPU).
+NVRX_SAVER_NEEDS_CUDA = (
+    "--ckpt-saver nvrx needs --device cuda: NVRx 0.7.0 finalizes its async checkpoints with a CUDA tensor; "
+    "use --ckpt-saver torch or auto on CPU"
+)
 
 
 # --- NVRx's in-process timeout rule ------------------------------------------------------------------------------
@@ -190,6 +196,8 @@ class Job:
             raise ValueError(f"--min-step-s {self.min_step_s:g} must be 0 or more seconds")
         if self.ckpt_slow_write_s > 0 and self.ckpt_saver == "nvrx":
             raise ValueError("--ckpt-slow-write-s works with the torch savers only; drop it or use --ckpt-saver torch")
+        if self.ckpt_saver == "nvrx" and self.device == "cpu":
+            raise ValueError(NVRX_SAVER_NEEDS_CUDA)
         if self.pg_timeout_s is not None:
             _finite_positive("--pg-timeout", self.pg_timeout_s)
         if self.fault is not None:

@@ -150,13 +150,20 @@ def batch_source(job: Job, vocab_size: int, rank: int, world_size: int) -> Batch
 
 
 def train_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, source: BatchSource, step: int, device: torch.device
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    source: BatchSource,
+    step: int,
+    device: torch.device,
+    before_update: Callable[[], object] = lambda: None,
 ) -> float:
-    """Global step `step` (from 1) on batch step-1; returns the loss averaged over ranks."""
+    """Global step `step` (from 1) on batch step-1; returns the loss averaged over ranks. `before_update` runs
+    between backward and the optimizer step (a checkpoint still copying the parameters is waited for there)."""
     batch = source.batch(step - 1)
     outputs = model(input_ids=batch.input_ids.to(device), labels=batch.labels.to(device))
     loss: torch.Tensor = outputs.loss
     torch.autograd.backward(loss)
+    before_update()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     # SUM then divide: gloo has no AVG. .item() waits for the device, so step times cover the whole step.
@@ -431,11 +438,17 @@ class Session:
         assert source is not None
         rank = dist.get_rank()
         loss = math.nan
+
+        def before_update() -> None:
+            record = saver.before_update()
+            if record is not None and rank == 0:
+                journal.event(Event.STAGED, step=record.step, wait_s=record.staged_wait_s)
+
         for step in range(start + 1, job.steps + 1):
             saver.poll()
             injector.before_step(step)
             began = time.perf_counter()
-            loss = train_step(state.model, state.optimizer, source, step, device)
+            loss = train_step(state.model, state.optimizer, source, step, device, before_update)
             seconds = time.perf_counter() - began
             self.heartbeats.beat()
             self._ping()

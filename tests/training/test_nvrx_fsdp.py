@@ -77,6 +77,7 @@ def test_flags_become_a_job(tmp_path: Path) -> None:
         (["--steps", "0"], "--steps 0 must be at least 1"),
         (["--ckpt-saver", "nvrx", "--ckpt-slow-write-s", "1"], "--ckpt-slow-write-s works with the torch savers"),
         (["--min-step-s", "-1"], "--min-step-s -1 must be 0 or more seconds"),
+        (["--ckpt-saver", "nvrx", "--device", "cpu"], "--ckpt-saver nvrx needs --device cuda"),
     ],
 )
 def test_bad_flags_exit_with_a_message_naming_them(
