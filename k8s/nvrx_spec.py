@@ -40,6 +40,28 @@ INPROCESS_STORE_PORT = 29501
 WRAPPER_STORE_PORT = INPROCESS_STORE_PORT + 1
 # Parse and validate the training arguments, then exit: 0 valid, 2 not (training/nvrx_fsdp.py).
 CHECK_ARGS_FLAG = "--check-args"
+# Hot spares (NvrxFsdpJob.spares): what ft_launcher reads as a node's infrastructure rank when no SLURM variable is
+# set (nvidia-resiliency-ext 0.7.0 fault_tolerance/utils.py:225 get_infrastructure_rank: SLURM_PROCID, else
+# GROUP_RANK). The barrier rendezvous makes the `min` lowest infrastructure ranks active, in that order
+# (ft_rendezvous_barrier.py:954-991 _assign_group_ranks), so pinning it to the pod's index keeps pod 0, which hosts
+# the rendezvous store and the in-process stores (--store-addr), at group rank 0 in every round; unset, the ranks
+# are drawn from the sorted node addresses (ft_rendezvous_barrier.py:858-877) and rank 0 may land on any pod.
+INFRA_RANK_ENV = "GROUP_RANK"
+# The most hot spares one job may hold (each is a whole idle GPU node in the queue's quota).
+MAX_SPARES = 4
+# The first NVRx whose ft_launcher keeps MIN:MAX nodes as standbys (the barrier rendezvous, checked in 0.7.0). 0.4.1's
+# rendezvous (fault_tolerance/_ft_rendezvous.py, torch's dynamic one) admits up to MAX nodes into the world instead:
+# the spares would train, at a world size the checkpoints and batch sizes were not set for.
+SPARES_MIN_NVRX = (0, 7, 0)
+NVRX_PACKAGE = "nvidia-resiliency-ext"
+
+
+def nnodes_arg(active: int, spares: int = 0) -> str:
+    """ft_launcher's `--nnodes`: the active node count, or `active:active+spares` with hot spares. With MIN:MAX the
+    barrier rendezvous trains on `min` nodes (WORLD_SIZE = min x nproc-per-node, nvidia-resiliency-ext 0.7.0
+    fault_tolerance/launcher.py:2952-2959) and keeps the others as standbys that wait at Step 0 of the rendezvous until
+    a failure opens the next round (ft_rendezvous_barrier.py:1902-1906, 2029-2043)."""
+    return f"{active}:{active + spares}" if spares else str(active)
 
 
 class CheckpointMode(Enum):
@@ -164,14 +186,16 @@ class FtLauncherConfig:
                 f"nvrx.ft_launcher.rank_termination_signal={self.rank_termination_signal!r}: use SIGKILL or SIGTERM"
             )
 
-    def argv(self, *, nodes: int, gpus_per_node: int, rendezvous_host: str, rendezvous_id: str) -> list[str]:
-        """ft_launcher and its flags, up to (not including) the training module.
+    def argv(
+        self, *, nodes: int, gpus_per_node: int, rendezvous_host: str, rendezvous_id: str, spares: int = 0
+    ) -> list[str]:
+        """ft_launcher and its flags, up to (not including) the training module; `nodes` active, `spares` standby.
 
         `--rdzv-conf` is added per pod by `launch_script` (only pod 0 hosts the store: is_host).
         """
         return [
             "ft_launcher",
-            f"--nnodes={nodes}",
+            f"--nnodes={nnodes_arg(nodes, spares)}",
             f"--nproc-per-node={gpus_per_node}",
             "--rdzv-backend=c10d",
             # Barrier-based rendezvous: the default and, in 0.7.0, the only choice (launcher.py --ft-rdzv-impl).
@@ -235,6 +259,13 @@ class NvrxFsdpJob:
     preconditions_timeout_s: int = 1500
     # The fabric gate before step 1 (training/fabric_gate.py): on for every emitted job.
     fabric_gate: bool = True
+    # Hot spares: pods beyond `nodes` that join ft_launcher's rendezvous as standbys (`--nnodes=nodes:nodes+spares`)
+    # and take a lost node's ranks at the next rendezvous round, in seconds, instead of the job waiting for Kubernetes
+    # to evict and replace the lost pod (infra/spec/node_loss.py: 50 + 300 s before a replacement even exists). Each
+    # is a whole GPU node the Job holds idle: parallelism, completions and the Kueue Workload count nodes + spares.
+    # They do not cover the loss of pod 0 (the rendezvous store's host: every launcher fails with it, see
+    # store_host_losses). docs/workloads.md "Hot spares".
+    spares: int = 0
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -261,6 +292,49 @@ class NvrxFsdpJob:
             )
         if not 10 <= self.preconditions_timeout_s <= 3600:
             raise WorkloadError(f"nvrx.preconditions_timeout_s={self.preconditions_timeout_s} must be 10 to 3600")
+        self.check_spares(self.nodes)
+
+    def nvrx_version(self) -> tuple[int, ...] | None:
+        """The NVRx version pinned in `pip` (None when it is not pinned there)."""
+        for requirement in self.pip:
+            name, _, version = requirement.partition("==")
+            if name.strip().lower() == NVRX_PACKAGE and version:
+                return tuple(int(part) for part in version.strip().split(".")[:3] if part.isdigit())
+        return None
+
+    def check_spares(self, nodes: int | None) -> None:
+        """Refuses a spares count outside 0..min(MAX_SPARES, nodes) (`nodes` active, when known), and spares on an
+        NVRx without standbys."""
+        most = MAX_SPARES if nodes is None else min(MAX_SPARES, nodes)
+        if not 0 <= self.spares <= most:
+            why = f"at most {MAX_SPARES}" + ("" if nodes is None else f" and at most nvrx.nodes={nodes}")
+            raise WorkloadError(
+                f"nvrx.spares={self.spares} must be 0 (no hot spares) to {most} ({why}: a spare only replaces an "
+                "active node, and each holds a whole idle GPU node); use 0 to turn hot spares off"
+            )
+        version = self.nvrx_version()
+        if self.spares and (version is None or version < SPARES_MIN_NVRX):
+            pinned = ".".join(map(str, version)) if version else "unpinned"
+            raise WorkloadError(
+                f"nvrx.spares={self.spares} needs {NVRX_PACKAGE} {'.'.join(map(str, SPARES_MIN_NVRX))} or later in "
+                f"nvrx.pip (pinned: {pinned}): before it, ft_launcher's --nnodes=MIN:MAX admits the spares into the "
+                "training world instead of keeping them standby; pin the newer NVRx (and its image) or use spares=0"
+            )
+
+    def pods(self, nodes: int) -> int:
+        """The Indexed Job's pods for `nodes` active nodes: the active ones and the hot spares."""
+        return nodes + self.spares
+
+    def success_policy(self) -> dict[str, Any] | None:
+        """With hot spares, the Job is complete once pod 0 succeeds. Pod 0 is always group rank 0 (INFRA_RANK_ENV),
+        and its ft_launcher exits 0 only after its workers finished the last step, which ends with a barrier of every
+        rank (training/nvrx_fsdp.py), and after waiting for the other active launchers (launcher.py:671-679, the exit
+        barrier). Without it every index must succeed: a standby exits 0 when it sees the rendezvous closed
+        (ft_rendezvous_barrier.py:1347-1350, launcher.py:1694), but a replacement pod for a lost standby or active
+        node that starts after pod 0 has gone finds no rendezvous store, fails, and is retried into backoffLimit."""
+        if not self.spares:
+            return None
+        return {"rules": [{"succeededIndexes": "0"}]}
 
     def backoff_limit_for(self, nodes: int) -> int:
         """backoffLimit for `nodes` pods: nodes - 1 counted failures per loss of pod 0, store_host_losses times
@@ -361,12 +435,15 @@ def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: 
     pip = shlex.join(["python", "-m", "pip", "install", "--no-cache-dir", *job.pip])
     rdzv_conf = f'"--rdzv-conf=is_host=$is_host,{job.ft_launcher.rendezvous_conf()}"'
     supervisor = "python -m training.fabric_gate supervise -- " if job.fabric_gate else ""
+    # With hot spares the pod's index is its infrastructure rank: the lowest indexes train, pod 0 is rank 0.
+    infra_rank = [f'export {INFRA_RANK_ENV}="$JOB_COMPLETION_INDEX"'] if job.spares else []
     return "\n".join(
         [
             "set -euo pipefail",
             # Pod 0 hosts the c10d rendezvous store; the others connect to it. The endpoint is a
             # DNS name, which torch cannot reliably match against the pod's own addresses.
             'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then is_host=1; else is_host=0; fi',
+            *infra_rank,
             *([f"python -c 'import nvidia_resiliency_ext' 2>/dev/null || {pip}"] if job.start_install else []),
             f"mkdir -p {shlex.quote(job.checkpoint_dir)}",
             f"python {shlex.join(training_argv)} {CHECK_ARGS_FLAG}",

@@ -10,6 +10,14 @@ offline (about 15 M parameters, 60 MB; a checkpoint with AdamW state is about 19
   recovery, cold relaunch a finished job's processes exit, a new ft_launcher starts and resumes from the checkpoint
                           (exit of the first launcher -> training resumed)
   checkpoint stall        time the step loop was blocked per save: async (torch DCP async_save) vs sync
+  node loss: hot spare    three ft_launcher nodes on loopback (rehearse/local_nodes.py, one rank each), --nnodes=2:3;
+                          the active node that is not the store host loses every process at once after a checkpoint:
+                          loss -> training resumed on the standby
+  node loss: replacement  two nodes, --nnodes=2; the lost node's launcher is started again at once (the replacement
+                          pod): loss -> training resumed. Only the processes' part is measured: on a cluster the
+                          replacement exists only after Kubernetes has evicted the lost pod (infra/spec/node_loss.py:
+                          node-monitor grace 50 s + unreachable toleration 300 s), which the table adds as "modeled";
+                          with no free node, the node group's replacement instance and its cold start come on top
 
 Recovery is measured from the training's own journal (wall-clock events written by the ranks), so it covers
 detection, restart, model load and checkpoint load, up to the moment the first step after the resume starts.
@@ -32,6 +40,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python scripts/bench_nvrx.py`
+    sys.path.insert(0, str(ROOT))
+
+from infra.spec.node_loss import NODE_MONITOR_GRACE_S, UNREACHABLE_TOLERATION_S  # noqa: E402
+from rehearse.local_nodes import LocalNodes  # noqa: E402
+from training.journal import read_journal  # noqa: E402
+
+# What Kubernetes adds before a lost node's replacement pod exists (infra/spec/node_loss.py); a hot spare skips it.
+EVICTION_S = NODE_MONITOR_GRACE_S + UNREACHABLE_TOLERATION_S
 FT_LAUNCHER = str(Path(sys.executable).with_name("ft_launcher"))
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
@@ -107,6 +124,41 @@ def one_recovery(metrics: dict[str, Any], by: str) -> dict[str, Any]:
     return dict(recovery)
 
 
+def node_loss(model: Path, work: Path, settings: Settings, *, spares: int) -> float:
+    """Seconds from the loss of an active non-host node to the first resume after it (the journal's RESUMED): onto the
+    standby with `spares`, else onto the lost node's launcher started again at once."""
+    ckpt = work / "ckpt"
+    training = [
+        *("--model", str(model), "--device", "cpu", "--log-every", "1000", "--seq-len", str(settings.seq_len)),
+        *("--batch-size", str(settings.batch_size), "--steps", str(settings.steps)),
+        *("--ckpt-every", str(settings.ckpt_every), "--ckpt-keep", "2", "--ckpt-dir", str(ckpt)),
+        *("--metrics-file", str(work / "metrics.json")),
+    ]
+    journal = ckpt / "journal.jsonl"
+    with LocalNodes(FT_LAUNCHER, training, work / "logs", active=2, spares=spares, cwd=ROOT, env=ENV) as nodes:
+        nodes.start_all()
+        deadline = time.monotonic() + settings.timeout_s
+        while not any(e["event"] == "commit" and e["step"] >= settings.ckpt_every for e in read_journal(journal)):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in nodes.procs.values()):
+                raise RuntimeError(f"no checkpoint before the loss:\n{nodes.log(0)[-4000:]}")
+            time.sleep(0.05)
+        (pid,) = [e["pid"] for e in read_journal(journal) if e["event"] == "start" and e["rank"] == 1]
+        lost = nodes.node_of(pid)
+        if lost is None:
+            raise RuntimeError(f"rank 1 (pid {pid}) runs on no node")
+        lost_at = nodes.lose(lost)
+        if not spares:
+            nodes.start(lost)
+        # With a spare, the lost node stays lost (its exit code is the kill's); the replacement must exit 0 too.
+        codes = nodes.wait([i for i in nodes.procs if spares == 0 or i != lost], timeout_s=settings.timeout_s)
+        if any(code != 0 for code in codes.values()):
+            raise RuntimeError(f"launchers exited {codes}:\n{nodes.log(0)[-4000:]}")
+    resumed = [e for e in read_journal(journal) if e["event"] == "resumed" and e["time"] > lost_at]
+    if not resumed:
+        raise RuntimeError(f"no resume after the loss of node {lost}")
+    return float(resumed[0]["time"]) - lost_at
+
+
 @dataclass
 class Sample:
     inprocess_s: float
@@ -116,6 +168,8 @@ class Sample:
     stall_sync_s: float
     steps_lost_inprocess: int
     steps_lost_ft_launcher: int
+    spare_s: float
+    replacement_s: float
 
 
 def run_once(model: Path, work: Path, settings: Settings, progress: Callable[[str], None]) -> Sample:
@@ -151,7 +205,13 @@ def run_once(model: Path, work: Path, settings: Settings, progress: Callable[[st
     sync = launch(
         model, work / "sync" / "ckpt", work / "sync" / "metrics.json", settings, "--ckpt-mode", "sync", max_restarts=0
     )
+    progress("node loss: a hot spare takes the lost node's rank")
+    spare = node_loss(model, work / "spare", settings, spares=1)
+    progress("node loss: the lost node's launcher started again (the replacement pod's processes)")
+    replacement = node_loss(model, work / "replacement", settings, spares=0)
     return Sample(
+        spare_s=spare,
+        replacement_s=replacement,
         inprocess_s=float(rec_in["recovery_s"]),
         ft_launcher_s=float(rec_kill["recovery_s"]),
         relaunch_s=float(resumed[0]["time"]) - exited,
@@ -168,27 +228,43 @@ ROWS = (
     ("recovery: cold relaunch", "relaunch_s", "s"),
     ("checkpoint stall per save: async", "stall_async_s", "ms"),
     ("checkpoint stall per save: sync", "stall_sync_s", "ms"),
+    ("node loss: hot spare takes the ranks", "spare_s", "s"),
+    ("node loss: replacement pod, processes only", "replacement_s", "s"),
 )
+RECOVERIES = (*ROWS[:3], *ROWS[5:])
 
 
-def report(samples: list[Sample]) -> dict[str, Any]:
-    values = {key: [float(getattr(s, key)) for s in samples] for _, key, _ in ROWS}
+def report(samples: list[Sample] | list[dict[str, float]]) -> dict[str, Any]:
+    rows = [dict(asdict(s)) if isinstance(s, Sample) else s for s in samples]
+    values = {key: [float(r[key]) for r in rows] for _, key, _ in ROWS if key in rows[0]}
     medians = {key: statistics.median(v) for key, v in values.items()}
-    ratios = {
-        "ft_launcher / in-process recovery": medians["ft_launcher_s"] / medians["inprocess_s"],
-        "cold relaunch / in-process recovery": medians["relaunch_s"] / medians["inprocess_s"],
-        "sync / async checkpoint stall": medians["stall_sync_s"] / medians["stall_async_s"],
+    ratios = {}
+    if "inprocess_s" in medians:
+        ratios = {
+            "ft_launcher / in-process recovery": medians["ft_launcher_s"] / medians["inprocess_s"],
+            "cold relaunch / in-process recovery": medians["relaunch_s"] / medians["inprocess_s"],
+            "sync / async checkpoint stall": medians["stall_sync_s"] / medians["stall_async_s"],
+        }
+    ratios |= {
+        "replacement pod (processes) / hot spare": medians["replacement_s"] / medians["spare_s"],
+        f"replacement pod (+{EVICTION_S} s eviction) / hot spare": (medians["replacement_s"] + EVICTION_S)
+        / medians["spare_s"],
     }
-    return {"values": values, "medians": medians, "ratios": ratios}
+    modeled = {"replacement_with_eviction_s": medians["replacement_s"] + EVICTION_S, "eviction_s": EVICTION_S}
+    return {"values": values, "medians": medians, "ratios": ratios, "modeled": modeled}
 
 
 def table(result: dict[str, Any], runs: int) -> str:
     lines = [f"{'what':<44} {'runs':>4} {'median':>9} {'min':>9} {'max':>9}"]
-    for label, key, unit in ROWS:
+    for label, key, unit in [row for row in ROWS if row[1] in result["values"]]:
         scale = 1000.0 if unit == "ms" else 1.0
         vals = [v * scale for v in result["values"][key]]
         median = result["medians"][key] * scale
         lines.append(f"{label + ' (' + unit + ')':<44} {runs:>4} {median:>9.2f} {min(vals):>9.2f} {max(vals):>9.2f}")
+    if "modeled" in result:
+        modeled = result["modeled"]
+        label = f"modeled: replacement pod + {modeled['eviction_s']} s eviction (s)"
+        lines.append(f"{label:<44} {'':>4} {modeled['replacement_with_eviction_s']:>9.2f}")
     for name, ratio in result["ratios"].items():
         lines.append(f"{'ratio: ' + name:<44} {'':>4} {ratio:>8.2f}x")
     return "\n".join(lines)
@@ -200,17 +276,21 @@ def chart(result: dict[str, Any], png: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [5, 2]})
     for axis, rows, scale, unit in (
-        (left, ROWS[:3], 1.0, "s"),
-        (right, ROWS[3:], 1000.0, "ms"),
+        (left, [row for row in RECOVERIES if row[1] in result["values"]], 1.0, "s"),
+        (right, ROWS[3:5], 1000.0, "ms"),
     ):
-        labels = [label.split(": ", 1)[1] for label, _, _ in rows]
+        labels = [label.split(": ", 1)[1].replace(", ", ",\n").replace(" takes", "\ntakes") for label, _, _ in rows]
         medians = [result["medians"][key] * scale for _, key, _ in rows]
         lows = [m - min(result["values"][key]) * scale for m, (_, key, _) in zip(medians, rows, strict=True)]
         highs = [max(result["values"][key]) * scale - m for m, (_, key, _) in zip(medians, rows, strict=True)]
         bars = axis.bar(
-            labels, medians, yerr=[lows, highs], capsize=4, color=["#4c72b0", "#dd8452", "#c44e52"][: len(rows)]
+            labels,
+            medians,
+            yerr=[lows, highs],
+            capsize=4,
+            color=["#4c72b0", "#dd8452", "#c44e52", "#55a868", "#8172b2"][: len(rows)],
         )
         axis.bar_label(bars, fmt="%.2f", label_type="center", color="white", fontweight="bold")
         axis.set_ylabel(f"median ({unit}); bars: min-max")
@@ -243,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="results to write (default: next to --png)")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep checkpoints and metrics here")
     parser.add_argument("--replot", type=Path, default=None, help="only redraw the table and chart of a results JSON")
+    parser.add_argument(
+        "--only-node-loss",
+        action="store_true",
+        help="only the node-loss pair (hot spare vs replacement pod): the table and --json, no chart",
+    )
     args = parser.parse_args(argv)
     if args.replot is not None:
         saved = json.loads(args.replot.read_text(encoding="utf-8"))
@@ -261,16 +346,30 @@ def main(argv: list[str] | None = None) -> int:
         model = work / "model"
         params = build_model(model)
         print(f"model: {params / 1e6:.1f} M parameters ({params * 4 / 2**20:.0f} MiB float32) in {model}", flush=True)
-        samples = []
+        samples: list[Sample] | list[dict[str, float]] = []
+        losses: list[dict[str, float]] = []
         for run in range(1, args.runs + 1):
 
             def progress(what: str, run: int = run) -> None:
                 print(f"[run {run}/{args.runs}] {what}", flush=True)
 
-            samples.append(run_once(model, work / f"run{run}", settings, progress))
+            if args.only_node_loss:
+                progress("node loss: hot spare, then replacement pod")
+                spare = node_loss(model, work / f"run{run}" / "spare", settings, spares=1)
+                replacement = node_loss(model, work / f"run{run}" / "replacement", settings, spares=0)
+                losses.append({"spare_s": spare, "replacement_s": replacement})
+            else:
+                samples.append(run_once(model, work / f"run{run}", settings, progress))  # type: ignore[arg-type]
+        if args.only_node_loss:
+            samples = losses
 
     result = report(samples)
     print(table(result, args.runs))
+    if args.only_node_loss:
+        if args.json is not None:
+            payload = {"settings": asdict(settings), "model_parameters": params, "cpus": os.cpu_count()}
+            args.json.write_text(json.dumps({**payload, "runs": args.runs, **result}, indent=2) + "\n")
+        return 0
     chart(result, args.png, title(params, args.runs, os.cpu_count()))
     json_path = args.json or args.png.with_suffix(".json")
     payload = {
@@ -278,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         "model_parameters": params,
         "cpus": os.cpu_count(),
         "runs": args.runs,
-        "samples": [asdict(s) for s in samples],
+        "samples": [asdict(s) if isinstance(s, Sample) else s for s in samples],
         **result,
     }
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -688,13 +688,26 @@ def run_gate(config: GateConfig, *, backend: str, stdout: TextIO | None = None) 
         if dist.get_rank() == 0:
             print(verdict.summary(), file=out, flush=True)
         return verdict
-    earlier = read_pod_verdict(pod_dir() / "verdict.json")
-    if earlier is not None and earlier.get("outcome") == Outcome.PASS.value:
+    if _proven_in_every_pod(backend):
         # A restart inside the same pods (ft_launcher, NVRx in-process): the fabric was proven on these nodes.
-        return GateVerdict(Outcome.PASS, ("proven earlier in this pod",))
+        return GateVerdict(Outcome.PASS, ("proven earlier in every pod",))
     from training import fabric_gate_run
 
     return fabric_gate_run.run(config, backend=backend, inject=inject, started=started, out=out)
+
+
+def _proven_in_every_pod(backend: str) -> bool:
+    """Whether every rank's pod has passed the gate earlier in its life, decided on a value every rank holds (a MIN
+    all-reduce): the gate is a collective, so a pod new to the gang - a hot spare taking a lost node's ranks, a lost
+    pod's replacement - makes every rank run it, and its node is proven before its first step."""
+    import torch
+    import torch.distributed as dist
+
+    earlier = read_pod_verdict(pod_dir() / "verdict.json")
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    proven = torch.tensor([int(earlier is not None and earlier.get("outcome") == Outcome.PASS.value)], device=device)
+    dist.all_reduce(proven, op=dist.ReduceOp.MIN)
+    return bool(proven.item())
 
 
 # --- supervisor: the pod's exit code ----------------------------------------------------------

@@ -15,6 +15,7 @@ import cdk8s
 from constructs import Construct
 
 from infra.spec import Environment, GpuNodeGroupConfig
+from infra.spec.environments import nodes_with_spare
 from infra.spec.images import built_image_name, refuse_start_install
 from infra.spec.namespaces import TRAINING
 from infra.spec.network_policies import gang
@@ -72,6 +73,23 @@ def job_nodes(job: NvrxFsdpJob, group: GpuNodeGroupConfig) -> int:
     return nodes
 
 
+def job_pods(job: NvrxFsdpJob, group: GpuNodeGroupConfig, nodes: int) -> int:
+    """The Job's pods, `nodes` active plus the hot spares, checked against the group: with the fabric gate's own spare
+    node (GATE_SPARE_NODES: a gang the gate takes a node from is re-placed only onto an untainted node) they must fit
+    the group's max_size. Kueue admits the Workload only when the ClusterQueue's quota covers every pod (its PodSet
+    count is the parallelism), so `trainctl scale` must bring up nodes + spares + that gate spare."""
+    job.check_spares(nodes)
+    pods = job.pods(nodes)
+    needed = nodes_with_spare(pods)
+    if job.spares and needed > group.scaling.max_size:
+        raise WorkloadError(
+            f"nvrx.spares={job.spares} with nvrx.nodes={nodes} needs {needed} nodes of GPU group {group.name!r} "
+            f"({nodes} active + {job.spares} hot spare(s) + {needed - pods} for the fabric gate to re-place onto; "
+            f"max_size {group.scaling.max_size}); lower spares or nodes, or raise the group's max_size"
+        )
+    return pods
+
+
 class NvrxJobChart(cdk8s.Chart):
     def __init__(
         self,
@@ -86,11 +104,13 @@ class NvrxJobChart(cdk8s.Chart):
         group = gpu_group(environment, job.gpu_group)
         gpu = group.instance.gpu
         assert gpu is not None
+        # Active nodes (the training's world); the Job runs `pods`: those and the hot spares.
         self.nodes = job_nodes(job, group)
+        self.pods = job_pods(job, group, self.nodes)
         # Pod 0's stable name through the headless Service: rendezvous and the in-process store.
         host = f"{job.name}-0.{job.name}.{NAMESPACE}.svc"
         launcher = job.ft_launcher.argv(
-            nodes=self.nodes, gpus_per_node=gpu.count, rendezvous_host=host, rendezvous_id=job.name
+            nodes=self.nodes, gpus_per_node=gpu.count, rendezvous_host=host, rendezvous_id=job.name, spares=job.spares
         )
         self.launcher_argv = launcher
         gate = (
@@ -113,7 +133,7 @@ class NvrxJobChart(cdk8s.Chart):
         )
         shared = SharedDirCheck(
             directory=job.checkpoint_dir,
-            peers=self.nodes,
+            peers=self.pods,
             timeout_s=job.preconditions_timeout_s,
             peer_host=f"{job.name}-{{index}}.{job.name}",
         )
@@ -151,7 +171,7 @@ class NvrxJobChart(cdk8s.Chart):
             *(gate_env() if job.fabric_gate else []),
         ]
         # NVRx checkpoints only on the claim every pod mounts: refused where the environment has none.
-        checkpoints = checkpoint_claim(environment, workload=f"NVRx job {job.name}", pods=self.nodes)
+        checkpoints = checkpoint_claim(environment, workload=f"NVRx job {job.name}", pods=self.pods)
         pod = hardened_pod(
             {
                 "subdomain": job.name,
@@ -178,11 +198,13 @@ class NvrxJobChart(cdk8s.Chart):
         )
         if job.fabric_gate:
             pod = gate_pod(pod)
+        success = job.success_policy()
         return {
             "completionMode": "Indexed",
-            "completions": self.nodes,
-            "parallelism": self.nodes,
-            "backoffLimit": job.backoff_limit_for(self.nodes),
+            "completions": self.pods,
+            "parallelism": self.pods,
+            **({"successPolicy": success} if success else {}),
+            "backoffLimit": job.backoff_limit_for(self.pods),
             "podFailurePolicy": {
                 "rules": [
                     # Bad arguments fail the Job at once instead of burning the retries.

@@ -123,3 +123,17 @@ def test_injected_slow_node_of_two_is_named_by_the_per_node_checks(tmp_path: Pat
     assert [r.code for r in ranks] == [EXIT_RETRY] * 4, ranks[0].output
     assert ranks[0].verdict["suspects"] == ["node-0"]
     assert "intra-node all-reduce" in str(ranks[0].verdict["localization"])
+
+
+def test_a_new_pod_among_proven_ones_is_gated_by_the_whole_gang(tmp_path: Path, controlled: ObjectsApi) -> None:
+    """A hot spare taking a lost node's ranks (or a replacement pod) joins pods whose gate passed earlier in this run:
+    the gate is a collective, so either every rank runs it or none does, and the new pod's fabric is proven before
+    its first step. Here the newcomer's node is the faulty one."""
+    proven = {"outcome": "PASS", "exit_code": 0, "summary": "FABRIC GATE PASS"}
+    (tmp_path / "pod-node-0").mkdir()
+    (tmp_path / "pod-node-0" / "verdict.json").write_text(json.dumps(proven))
+    env = {"PLATFORM_REHEARSAL": "cpu", "FABRIC_GATE_INJECT": "fallback:node-1", "FABRIC_GATE_API_URL": controlled.url}
+    ranks = gated_job(tmp_path, ["node-0", "node-1"], 1, env)
+    assert [r.code for r in ranks] == [EXIT_RETRY] * 2, ranks[0].output
+    assert ranks[0].verdict["suspects"] == ["node-1"]
+    assert taints(controlled, "node-1")[0]["value"] == "fallback"
