@@ -21,9 +21,6 @@ from k8s.nvrx_spec import INFRA_RANK_ENV, NVRX_IMAGE, NvrxFsdpJob
 from k8s.ray_spec import WorkloadError
 
 # Hot spares need NVRx 0.7.0's barrier rendezvous (k8s/nvrx_spec.py SPARES_MIN_NVRX).
-PIP_07 = tuple(
-    "nvidia-resiliency-ext==0.7.0" if p.startswith("nvidia-resiliency-ext==") else p for p in NvrxFsdpJob().pip
-)
 LOCK = check_lock(ImageLock.load()).with_digest(NVRX_IMAGE, "sha256:" + "0" * 64)
 SUPERVISOR = ["python", "-m", "training.fabric_gate", "supervise", "--"]
 
@@ -54,7 +51,7 @@ def test_without_spares_the_job_is_as_before() -> None:
 
 
 def test_a_spare_adds_a_standby_pod_and_a_min_max_rendezvous() -> None:
-    chart, spec = _chart("prod", NvrxFsdpJob(spares=1, pip=PIP_07))
+    chart, spec = _chart("prod", NvrxFsdpJob(spares=1))
     assert (chart.nodes, chart.pods) == (2, 3)
     # The Job (and so Kueue's Workload, whose PodSet count is the parallelism) covers the active pods and the spare.
     assert spec["completions"] == spec["parallelism"] == 3
@@ -68,12 +65,12 @@ def test_a_spare_adds_a_standby_pod_and_a_min_max_rendezvous() -> None:
 
 
 def test_with_spares_the_job_completes_when_pod_0_succeeds() -> None:
-    _, spec = _chart("prod", NvrxFsdpJob(spares=1, pip=PIP_07))
+    _, spec = _chart("prod", NvrxFsdpJob(spares=1))
     assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
 
 
 def test_each_pod_pins_its_infrastructure_rank_to_its_index(tmp_path: Path) -> None:
-    chart, _ = _chart("prod", NvrxFsdpJob(spares=1, pip=PIP_07))
+    chart, _ = _chart("prod", NvrxFsdpJob(spares=1))
     stubs = tmp_path / "bin"
     stubs.mkdir()
     python = '[ "$1 $2 $3 $4" = "-m training.fabric_gate supervise --" ] && { shift 4; exec "$@"; }; exit 0'
@@ -93,18 +90,18 @@ def test_each_pod_pins_its_infrastructure_rank_to_its_index(tmp_path: Path) -> N
     [
         (
             "prod",
-            lambda: NvrxFsdpJob(spares=3, pip=PIP_07),
+            lambda: NvrxFsdpJob(spares=3),
             r"nvrx.spares=3 must be 0 \(no hot spares\) to 2 .*nvrx.nodes=2",
         ),
         # prod's p5 group holds 8: 7 active + 1 spare + the fabric gate's node to re-place onto is 9.
         (
             "prod",
-            lambda: NvrxFsdpJob(nodes=7, spares=1, pip=PIP_07),
+            lambda: NvrxFsdpJob(nodes=7, spares=1),
             r"nvrx.spares=1 with nvrx.nodes=7 needs 9 nodes of GPU group 'p5' \(7 active \+ 1 hot spare\(s\) \+ 1 "
             r"for the fabric gate.*max_size 8\); lower spares or nodes, or raise the group's max_size",
         ),
         # dev's g6 group holds 3: the gang of 2 and the gate's spare, no room for a hot spare.
-        ("dev", lambda: NvrxFsdpJob(spares=1, pip=PIP_07), r"needs 4 nodes of GPU group 'g6'.*max_size 3"),
+        ("dev", lambda: NvrxFsdpJob(spares=1), r"needs 4 nodes of GPU group 'g6'.*max_size 3"),
     ],
 )
 def test_spares_that_do_not_fit_are_refused_with_the_fix(env: str, job: Any, message: str) -> None:
@@ -122,7 +119,7 @@ def test_spares_that_do_not_fit_are_refused_with_the_fix(env: str, job: Any, mes
 )
 def test_a_bad_spares_count_is_refused_naming_field_value_and_fix(spares: int, nodes: int | None, message: str) -> None:
     with pytest.raises(WorkloadError, match=message):
-        NvrxFsdpJob(spares=spares, nodes=nodes, pip=PIP_07)
+        NvrxFsdpJob(spares=spares, nodes=nodes)
 
 
 def test_spares_on_an_nvrx_without_standbys_are_refused() -> None:

@@ -16,15 +16,11 @@ from rehearse.cluster.placement import NodeKill
 from rehearse.fake import FakeRuntime, Script
 from tests.rehearse.cluster.test_cluster_loop import gpu_job, rehearse
 
-PIP_07 = tuple(
-    "nvidia-resiliency-ext==0.7.0" if p.startswith("nvidia-resiliency-ext==") else p for p in NvrxFsdpJob().pip
-)
-
 
 def spares_job(name: str) -> dict[str, object]:
     lock = check_lock(ImageLock.load()).with_digest(NVRX_IMAGE, "sha256:" + "0" * 64)
     chart = NvrxJobChart(
-        cdk8s.Testing.app(), "n", environment=ENVIRONMENTS["prod"], lock=lock, job=NvrxFsdpJob(spares=1, pip=PIP_07)
+        cdk8s.Testing.app(), "n", environment=ENVIRONMENTS["prod"], lock=lock, job=NvrxFsdpJob(spares=1)
     )
     fields = ("completions", "parallelism", "successPolicy", "podFailurePolicy")
     job = gpu_job(name, pods=chart.pods, **{k: chart.spec[k] for k in fields})
