@@ -52,7 +52,8 @@ def test_the_built_image_is_pinned_from_describe_images(moto: MotoServer, tmp_pa
     entry = ImageLock.load(lock_path).get("nvrx-train-prod")
     assert entry.pinned == f"{ACCOUNT}.dkr.ecr.us-east-2.amazonaws.com/ml-prod/nvrx-train:{context_tag()}@{digest}"
     assert entry.runtime is not None
-    assert entry.runtime.packages["nvidia-resiliency-ext"] == "0.4.1"
+    # The built image's packages are the job's pins (k8s/nvrx_spec.py NvrxFsdpJob.pip), recorded with it.
+    assert entry.runtime.packages["nvidia-resiliency-ext"] == "0.7.0"
     again = pin_built(lock_path, PROD, ACCOUNT, _ecr(moto))
     assert (again.images[0].status, again.written) == (Status.UNCHANGED, False)
 
