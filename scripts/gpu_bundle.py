@@ -67,6 +67,11 @@ LEFT_BEHIND: dict[str, dict[str, LeftBehind]] = {
         "fastapi": LeftBehind("fastapi", ("nvidia_resiliency_ext.services.attrsvc.app",), f"serves {_ATTRSVC}"),
         "uvicorn": LeftBehind("uvicorn", ("nvidia_resiliency_ext.services.attrsvc.app",), f"serves {_ATTRSVC}"),
         "slowapi": LeftBehind("slowapi", ("nvidia_resiliency_ext.services.attrsvc.app",), f"rate-limits {_ATTRSVC}"),
+        "pydantic": LeftBehind(
+            "pydantic",
+            ("nvidia_resiliency_ext.services.attrsvc.app", "nvidia_resiliency_ext.services.attrsvc.config"),
+            f"models the requests and settings of {_ATTRSVC} (carried all the same: Ray requires it)",
+        ),
         "pydantic-settings": LeftBehind(
             "pydantic_settings", ("nvidia_resiliency_ext.services.attrsvc.config",), f"configures {_ATTRSVC}"
         ),
