@@ -41,9 +41,56 @@ COMMITTED_MANIFEST = ROOT / "scripts/gpu_bundle_manifest.json"
 CONSTRAINTS = ROOT / "constraints.txt"
 MANIFEST_NAME = "manifest.json"
 
-# What the smoke imports that the machine lacks, at the project's pins (requirements-dev.txt). Ray's `train` extra
-# is what ray.train needs; `default` (dashboard, metrics agent) is not needed by a local ray.init and stays behind.
-ROOTS = ("nvidia-resiliency-ext==0.4.1", "ray[train]==2.58.0")
+# What the smoke imports that the machine lacks, at the project's pins (NVRx: the Makefile's NVRX_PIN, as the NVRx
+# job's k8s/nvrx_spec.py; Ray: requirements-dev.txt). Ray's `train` extra is what ray.train needs; `default`
+# (dashboard, metrics agent) is not needed by a local ray.init and stays behind.
+ROOTS = ("nvidia-resiliency-ext==0.7.0", "ray[train]==2.58.0")
+
+
+@dataclass(frozen=True)
+class LeftBehind:
+    """A requirement of a carried wheel that nothing the smoke runs imports."""
+
+    module: str  # the top-level module it provides
+    imported_by: tuple[str, ...]  # every module of the wheel that imports it (none: a build-time tool)
+    why: str
+
+
+# Requirements neither carried nor checked on the machine: wheel -> requirement -> why. NVRx 0.7.0 requires its
+# optional services' packages unconditionally; the smoke runs ft_launcher, the in-process Wrapper and the async
+# checkpointing, which import none of them (ft_launcher starts nvrx-attrsvc only when attribution is configured, and
+# then as a process of its own). tests/training/test_gpu_bundle.py checks `imported_by` against the installed NVRx
+# and imports what the smoke imports, and runs ft_launcher, with these modules unimportable.
+_ATTRSVC = "the attribution service nvrx-attrsvc, which the smoke does not run"
+LEFT_BEHIND: dict[str, dict[str, LeftBehind]] = {
+    "nvidia-resiliency-ext": {
+        "fastapi": LeftBehind("fastapi", ("nvidia_resiliency_ext.services.attrsvc.app",), f"serves {_ATTRSVC}"),
+        "uvicorn": LeftBehind("uvicorn", ("nvidia_resiliency_ext.services.attrsvc.app",), f"serves {_ATTRSVC}"),
+        "slowapi": LeftBehind("slowapi", ("nvidia_resiliency_ext.services.attrsvc.app",), f"rate-limits {_ATTRSVC}"),
+        "pydantic": LeftBehind(
+            "pydantic",
+            ("nvidia_resiliency_ext.services.attrsvc.app", "nvidia_resiliency_ext.services.attrsvc.config"),
+            f"models the requests and settings of {_ATTRSVC} (carried all the same: Ray requires it)",
+        ),
+        "pydantic-settings": LeftBehind(
+            "pydantic_settings", ("nvidia_resiliency_ext.services.attrsvc.config",), f"configures {_ATTRSVC}"
+        ),
+        "grpcio-tools": LeftBehind(
+            "grpc_tools", (), "imported by no module: it compiles NVRx's .proto files when NVRx is built"
+        ),
+    }
+}
+
+# Requirements a carried wheel does not declare but its imports enforce: wheel -> requirement -> why. Carried or
+# checked as declared ones are (a machine copy too old gets the fallback).
+ADDED_REQUIRES: dict[str, dict[str, str]] = {
+    "nvidia-resiliency-ext": {
+        "protobuf>=6.31.1": (
+            "declared protobuf>=4.22, but its shared_utils/proto/*_pb2.py, which ft_launcher imports, were made by "
+            "protoc 6.31.1 and refuse an older protobuf runtime (ValidateProtobufRuntimeVersion)"
+        ),
+    }
+}
 
 # The run tool's limit on what travels per call: tracked and untracked-not-ignored files plus carried paths.
 LIMIT_BYTES = 64 * 1024 * 1024
@@ -188,6 +235,7 @@ class Resolution:
     """The roots' closure: what is carried, what the machine provides, what neither has."""
 
     carried: dict[str, set[str]] = field(default_factory=dict)  # name -> extras asked of it
+    left_behind: dict[str, set[str]] = field(default_factory=dict)  # name -> its requirements LEFT_BEHIND
     required_by: dict[str, set[str]] = field(default_factory=dict)
     on_machine: dict[str, list[str]] = field(default_factory=dict)  # name -> the requirements it must meet
     missing: dict[str, list[str]] = field(default_factory=dict)  # name -> why (unmet requirements)
@@ -203,10 +251,17 @@ def applies(requirement: Requirement, extras: Iterable[str]) -> bool:
     return any(requirement.marker.evaluate({**MARKER_ENV, "extra": extra}) for extra in ("", *extras))
 
 
-def resolve(roots: Sequence[str], machine: MachinePackages, wheels: dict[str, Wheel]) -> Resolution:
-    """Follow the roots' Requires-Dist through the wheels at hand; a requirement is met by a carried wheel first
-    (it shadows the machine's copy on PYTHONPATH), else by the machine's package (its version checked where one is
-    recorded), else it is missing."""
+def resolve(
+    roots: Sequence[str],
+    machine: MachinePackages,
+    wheels: dict[str, Wheel],
+    *,
+    left_behind: dict[str, dict[str, LeftBehind]] = LEFT_BEHIND,
+    added: dict[str, dict[str, str]] = ADDED_REQUIRES,
+) -> Resolution:
+    """Follow the roots' Requires-Dist (less `left_behind`, plus `added`) through the wheels at hand; a requirement
+    is met by a carried wheel first (it shadows the machine's copy on PYTHONPATH), else by the machine's package
+    (its version checked where one is recorded), else it is missing."""
     result = Resolution()
     queue = [(Requirement(root), "the smoke") for root in roots]
     while queue:
@@ -228,8 +283,13 @@ def resolve(roots: Sequence[str], machine: MachinePackages, wheels: dict[str, Wh
             if followed is None or not set(requirement.extras) <= followed:
                 extras = (followed or set()) | set(requirement.extras)
                 result.carried[name] = extras
-                dependencies = (Requirement(line) for line in wheel.requires_dist)
-                queue.extend((dep, wheel.name) for dep in dependencies if applies(dep, extras))
+                skipped = left_behind.get(name, {})
+                lines = [*wheel.requires_dist, *added.get(name, {})]
+                for dep in map(Requirement, lines):
+                    if canonicalize_name(dep.name) in skipped:
+                        result.left_behind.setdefault(name, set()).add(canonicalize_name(dep.name))
+                    elif applies(dep, extras):
+                        queue.append((dep, wheel.name))
             continue
         if name in machine.versions:
             version = machine.versions[name]
@@ -360,8 +420,19 @@ def check_size(bundle: int, tree: int, limit: int = LIMIT_BYTES) -> str:
     return summary
 
 
-def manifest(roots: Sequence[str], resolution: Resolution, wheels: dict[str, Wheel], machine: Path) -> dict[str, Any]:
+def manifest(
+    roots: Sequence[str],
+    resolution: Resolution,
+    wheels: dict[str, Wheel],
+    machine: Path,
+    left_behind: dict[str, dict[str, LeftBehind]] = LEFT_BEHIND,
+    added: dict[str, dict[str, str]] = ADDED_REQUIRES,
+) -> dict[str, Any]:
     carried = [wheels[name] for name in sorted(resolution.carried)]
+    for wheel in carried:
+        stale = set(left_behind.get(wheel.name, {})) - resolution.left_behind.get(wheel.name, set())
+        if stale:
+            raise BundleError(f"{wheel.file} no longer requires {', '.join(sorted(stale))}: drop it from LEFT_BEHIND")
     return {
         "roots": list(roots),
         "target": {"python": TARGET_PYTHON, "platforms": list(PLATFORMS)},
@@ -376,6 +447,8 @@ def manifest(roots: Sequence[str], resolution: Resolution, wheels: dict[str, Whe
                 "sha256": w.sha256,
                 "requires_python": w.requires_python,
                 "requires_dist": list(w.requires_dist),
+                "left_behind": {req: left.why for req, left in left_behind.get(w.name, {}).items()},
+                "added_requires": list(added.get(w.name, {})),
                 "required_by": sorted(resolution.required_by[w.name]),
                 "pruned": w.pruned,
             }
@@ -470,7 +543,8 @@ def build(
 
 def check_installed(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """Problems with the running Python's view of the carried wheels, as (package at fault, message): each must be
-    the version carried, and each requirement it has (with the extras asked of it) met by what that Python imports."""
+    the version carried, and each requirement it has (with the extras asked of it; less those left behind, plus those
+    added: the manifest names them) met by what that Python imports."""
     from importlib import metadata
 
     problems = []
@@ -486,11 +560,12 @@ def check_installed(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
             problems.append(
                 (entry["name"], f"{entry['name']}: Python sees {seen}, the bundle carries {entry['version']}")
             )
-        for line in entry["requires_dist"]:
+        left_behind = entry.get("left_behind", {})
+        for line in [*entry["requires_dist"], *entry.get("added_requires", [])]:
             requirement = Requirement(line)
-            if not applies(requirement, entry["extras"]):
-                continue
             name = canonicalize_name(requirement.name)
+            if name in left_behind or not applies(requirement, entry["extras"]):
+                continue
             try:
                 have = metadata.version(requirement.name)
             except metadata.PackageNotFoundError:

@@ -11,7 +11,8 @@ missing) and gets, pinned and as wheels only, every package the lock records for
 workload installs at start (NvrxFsdpJob.pip, RayFinetuneJob.pip), less the GPU-only builds in NOT_INSTALLED. The
 package index's torch is its CUDA build, with the nvidia-* libraries it links against (several GB, see
 docs/testing.md): it runs on CPU. Packages the lock does not record are whatever pip resolves for those pins, written
-to the environment's image-env.json with the pins, so a rerun with the same pins installs nothing.
+to the environment's image-env.json with the pins, so a rerun with the same pins installs nothing. NVRx is installed
+apart, as the Makefile installs it here (TARGET_INSTALLS says why).
 """
 
 from __future__ import annotations
@@ -49,6 +50,45 @@ NOT_INSTALLED: Mapping[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class TargetInstall:
+    """A package whose only wheel pip refuses here, installed as the Makefile's NVRX_INSTALL installs NVRx."""
+
+    platform: str  # the wheel's own platform tag, which pip is told to accept
+    folder: str  # under the venv, put on its path by a .pth file
+    imports: tuple[str, ...]  # what its modules import, installed with the other pins in its stead
+    scripts: tuple[str, ...]  # console scripts linked into the venv's bin/
+
+
+# From 0.6 on NVRx publishes only a cp312 manylinux_2_39 wheel (no sdist), which a plain `pip install` refuses on this
+# machine's glibc (2.36). So, as the Makefile's NVRX_INSTALL does: the wheel with --no-deps into a folder of the
+# environment's own, pip told the wheel's platform and the image's Python (--target is what lets it take them), a
+# .pth file putting the folder on the path. Not its declared dependencies: 0.7.0 requires its optional services'
+# packages (fastapi, uvicorn[standard], slowapi, pydantic, pydantic-settings; grpcio-tools at build time), which
+# the job never imports (scripts/gpu_bundle.py LEFT_BEHIND, verified there); the rest of its Requires-Dist, which
+# its modules do import, goes with the other pins (protobuf at 6.31.1 or later: its generated *_pb2 modules refuse
+# older, gpu_bundle ADDED_REQUIRES). Its one compiled module (the straggler detector's CUPTI extension, GLIBC_2.32) is
+# not loaded by the job. tests/test_image_envs.py ties `imports` to NVRx's metadata less LEFT_BEHIND.
+TARGET_INSTALLS: Mapping[str, TargetInstall] = {
+    "nvidia-resiliency-ext": TargetInstall(
+        platform="manylinux_2_39_x86_64",
+        folder="nvrx",
+        imports=(
+            "defusedxml",
+            "grpcio>=1.76.0,<2.0.0",
+            "httpx>=0.24.0",
+            "numpy>=1.26",
+            "nvidia-ml-py>=12.570.86",
+            "packaging",
+            "protobuf>=6.31.1",
+            "psutil>=6.0.0",
+            "pyyaml",
+        ),
+        scripts=("ft_launcher",),
+    )
+}
+
+
 class ImageEnvError(Exception):
     """An environment that cannot be built or is not what the lock records."""
 
@@ -70,8 +110,51 @@ class ImageEnv:
 
     @property
     def digest(self) -> str:
-        text = json.dumps([self.python, list(self.requirements)])
+        targets = [r for r in self.requirements if _name(r) in TARGET_INSTALLS]
+        # The install of TARGET_INSTALLS counts only where there is one (other images' digests stay as they were).
+        how = [[r, TARGET_INSTALLS[_name(r)].imports] for r in targets]
+        text = json.dumps([self.python, list(self.requirements), *([how] if how else [])])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _name(requirement: str) -> str:
+    return re.sub(r"\[.*\]", "", requirement).partition("==")[0]
+
+
+def pip_argvs(env: ImageEnv) -> list[list[str]]:
+    """The pip commands that install env: its pins (with what a TARGET_INSTALLS package imports, in its stead), then
+    each TARGET_INSTALLS package by itself."""
+    pip = [str(env.interpreter), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    targets = [r for r in env.requirements if _name(r) in TARGET_INSTALLS]
+    imports = [i for r in targets for i in TARGET_INSTALLS[_name(r)].imports]
+    plain = [r for r in env.requirements if r not in targets]
+    argvs = [[*pip, "--only-binary=:all:", *plain, *imports]]
+    for requirement in targets:
+        install = TARGET_INSTALLS[_name(requirement)]
+        argvs.append(
+            [*pip, "--no-deps", "--only-binary=:all:", "--platform", install.platform, "--python-version", env.python,
+             "--implementation", "cp", "--target", str(env.venv / install.folder), requirement]
+        )  # fmt: skip
+    return argvs
+
+
+def _install_targets(env: ImageEnv, argvs: Sequence[Sequence[str]], pip_env: Mapping[str, str]) -> None:
+    """Run the TARGET_INSTALLS commands (pip_argvs after the first) into fresh folders; a .pth puts each on the
+    environment's path and its console scripts are linked into bin/ (written with this interpreter's shebang)."""
+    purelib = subprocess.run(
+        [str(env.interpreter), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip()  # fmt: skip
+    for requirement, argv in zip([r for r in env.requirements if _name(r) in TARGET_INSTALLS], argvs, strict=True):
+        install = TARGET_INSTALLS[_name(requirement)]
+        folder = env.venv / install.folder
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run(list(argv), check=True, env=dict(pip_env))
+        (Path(purelib) / f"{install.folder}.pth").write_text(f"{folder}\n")
+        for script in install.scripts:
+            link = env.venv / "bin" / script
+            link.unlink(missing_ok=True)
+            link.symlink_to(folder / "bin" / script)
 
 
 def image_envs(lock: ImageLock, start_installs: Mapping[str, Sequence[str]] = START_INSTALLS) -> list[ImageEnv]:
@@ -144,7 +227,7 @@ def installed_versions(interpreter: Path, names: Sequence[str]) -> dict[str, str
 
 def verify(env: ImageEnv) -> None:
     """Every pin is what the environment has (a local label such as +cpu aside), on the image's Python."""
-    names = [re.sub(r"\[.*\]", "", r).partition("==")[0] for r in env.requirements]
+    names = [_name(r) for r in env.requirements]
     have = installed_versions(env.interpreter, names)
     wrong = []
     for requirement, name in zip(env.requirements, names, strict=True):
@@ -182,10 +265,11 @@ def build(env: ImageEnv, *, log: bool = True) -> bool:
         print(f"{env.venv.name}: CPython {env.python} from {base}; {' '.join(env.requirements)}", flush=True)
         for name, reason in env.skipped.items():
             print(f"{env.venv.name}: not installed: {name} ({reason})", flush=True)
-    pip = [str(env.interpreter), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
     # The project's constraints are for its own environment (torch 2.13 on 3.11), not for the image's.
     pip_env = {**os.environ, "PIP_CONSTRAINT": ""}
-    subprocess.run([*pip, "--only-binary=:all:", *env.requirements], check=True, env=pip_env)
+    first, *targets = pip_argvs(env)
+    subprocess.run(first, check=True, env=pip_env)
+    _install_targets(env, targets, pip_env)
     verify(env)
     freeze = subprocess.run(
         [str(env.interpreter), "-m", "pip", "freeze", "--disable-pip-version-check"],

@@ -85,3 +85,42 @@ def test_an_environment_not_built_or_built_for_other_pins_is_refused(
 def test_the_cli_exits_2_naming_an_unknown_image(capsys: pytest.CaptureFixture[str]) -> None:
     assert image_envs.main(["build", "nope"]) == 2
     assert "unknown image(s) ['nope']" in capsys.readouterr().err
+
+
+def test_nvrx_is_installed_as_the_makefile_installs_it_and_the_other_images_as_before() -> None:
+    """NVRx 0.7.0's only wheel is cp312 manylinux_2_39, which a plain `pip install` refuses on this glibc (2.36):
+    it goes, without its dependencies, into a folder of the environment's own (--target with the wheel's platform),
+    and what its modules import goes with the other pins."""
+    envs = {e.image: e for e in image_envs.image_envs(LOCK)}
+    nvrx = envs["nvrx-train"]
+    pip = [str(nvrx.interpreter), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    plain, target = image_envs.pip_argvs(nvrx)
+    assert "nvidia-resiliency-ext==0.7.0" not in plain
+    assert plain[: len(pip) + 1] == [*pip, "--only-binary=:all:"]
+    assert set(plain) >= {"torch==2.9.0", "transformers==5.23.0", "httpx>=0.24.0", "defusedxml", "protobuf>=6.31.1"}
+    assert not {"fastapi", "uvicorn", "slowapi", "pydantic-settings", "grpcio-tools"} & {
+        a.split(">")[0].split("[")[0] for a in plain
+    }
+    assert target == [
+        *pip, "--no-deps", "--only-binary=:all:", "--platform", "manylinux_2_39_x86_64", "--python-version", "3.12",
+        "--implementation", "cp", "--target", str(nvrx.venv / "nvrx"), "nvidia-resiliency-ext==0.7.0",
+    ]  # fmt: skip
+    ray = envs["ray-train"]
+    assert image_envs.pip_argvs(ray) == [[str(ray.interpreter), *pip[1:], "--only-binary=:all:", *ray.requirements]]
+    assert "nvidia-resiliency-ext==0.7.0" in nvrx.requirements  # verify still checks its version
+
+
+def test_nvrxs_imports_are_its_requirements_less_what_the_job_never_imports() -> None:
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from tests.training.test_gpu_bundle import gb
+
+    install = image_envs.TARGET_INSTALLS["nvidia-resiliency-ext"]
+    declared = {canonicalize_name(Requirement(r).name) for r in metadata.requires("nvidia-resiliency-ext") or []
+                if Requirement(r).marker is None}  # fmt: skip
+    left_behind = set(gb.LEFT_BEHIND["nvidia-resiliency-ext"])
+    assert {canonicalize_name(Requirement(r).name) for r in install.imports} == declared - left_behind - {"torch"}
+    assert set(gb.ADDED_REQUIRES["nvidia-resiliency-ext"]) <= set(install.imports)

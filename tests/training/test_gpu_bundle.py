@@ -231,10 +231,16 @@ def test_the_committed_manifest_is_exactly_the_closure_of_the_smokes_roots() -> 
 
 
 def test_the_roots_are_the_projects_pins() -> None:
+    # NVRx: the Makefile's NVRX_PIN (installed by NVRX_INSTALL, not from requirements-dev.txt) and the NVRx job's.
+    from k8s.nvrx_spec import NvrxFsdpJob
+
+    nvrx = next(root for root in gb.ROOTS if root.startswith("nvidia-resiliency-ext=="))
+    assert f"NVRX_PIN := {nvrx}" in (ROOT / "Makefile").read_text().splitlines()
+    assert nvrx in NvrxFsdpJob().pip
     requirements = (ROOT / "requirements-dev.txt").read_text()
-    assert "nvidia-resiliency-ext==0.4.1" in requirements.splitlines()
     assert any(line.startswith("ray[") and line.endswith("]==2.58.0") for line in requirements.splitlines())
-    pins = gb.read_pins()
+    # Every carried wheel at the lock's pin; NVRx, which constraints.txt no longer pins, at the Makefile's.
+    pins = {**gb.read_pins(), "nvidia-resiliency-ext": Version(nvrx.split("==")[1])}
     for wheel in COMMITTED["wheels"]:
         assert pins[wheel["name"]] == Version(wheel["version"]), wheel["name"]
 
@@ -450,3 +456,148 @@ def test_the_committed_fallbacks_cover_the_bounded_requirements_of_unrecorded_ve
     assert bounded  # Ray and NVRx bound packages the record gives no version of
     assert {f["name"] for f in COMMITTED["fallback"]} | set(COMMITTED["unverified"]) == set(bounded)
     assert all(f["size"] <= gb.FALLBACK_MAX_BYTES for f in COMMITTED["fallback"])
+
+
+# --- requirements the smoke never imports, and one its imports add ---------------------------------------------
+
+
+def test_a_requirement_left_behind_is_neither_carried_nor_checked_and_an_added_one_is() -> None:
+    def wheel(name: str, requires: tuple[str, ...]) -> Any:
+        return gb.Wheel(name, Version("1.0"), f"{name}-1.0-py3-none-any.whl", 1, "0", None, requires)
+
+    wheels = {
+        "smokefake-root": wheel("smokefake-root", ("smokefake-service>=1", "smokefake-leaf")),
+        "smokefake-leaf": wheel("smokefake-leaf", ()),
+    }
+    left = {"smokefake-root": {"smokefake-service": gb.LeftBehind("smokefake_service", ("smokefake_root.app",), "x")}}
+    added = {"smokefake-root": {"numpy>=99": "generated code"}}
+    machine = gb.MachinePackages({"numpy": Version("2.0")})
+    plain = gb.resolve(("smokefake-root==1.0",), machine, wheels, left_behind={}, added={})
+    assert set(plain.missing) == {"smokefake-service"}
+    resolution = gb.resolve(("smokefake-root==1.0",), machine, wheels, left_behind=left, added=added)
+    assert set(resolution.missing) == {"numpy"}  # the added bound, which the machine's 2.0 misses
+    assert "smokefake-service" not in resolution.required_by
+    entry = {"name": "pip", "version": metadata.version("pip"), "extras": [], "requires_dist": ["smokefake-service"]}
+    assert [name for name, _ in gb.check_installed([entry])] == ["smokefake-service"]
+    assert gb.check_installed([{**entry, "left_behind": {"smokefake-service": "x"}}]) == []
+    assert [
+        name for name, _ in gb.check_installed([{**entry, "requires_dist": [], "added_requires": ["pip>=999"]}])
+    ] == ["pip"]
+
+
+def test_the_committed_manifest_records_the_tables() -> None:
+    entries = {w["name"]: w for w in COMMITTED["wheels"]}
+    for name, table in gb.LEFT_BEHIND.items():
+        declared = {canonicalize_name(gb.Requirement(r).name) for r in entries[name]["requires_dist"]}
+        assert set(table) <= declared, f"{name} no longer requires {set(table) - declared}: the table is stale"
+        assert entries[name]["left_behind"] == {req: left.why for req, left in table.items()}
+        # None carried for it (pydantic is carried, for Ray alone).
+        assert not [w["name"] for w in COMMITTED["wheels"] if w["name"] in table and name in w["required_by"]]
+    for name, added in gb.ADDED_REQUIRES.items():
+        assert entries[name]["added_requires"] == list(added)
+
+
+def _nvrx_root() -> Path:
+    spec = importlib.util.find_spec("nvidia_resiliency_ext")
+    assert spec is not None, "NVRx is not installed here (make install)"
+    assert spec.origin is not None
+    nvrx = next(root for root in gb.ROOTS if root.startswith("nvidia-resiliency-ext=="))
+    assert metadata.version("nvidia-resiliency-ext") == nvrx.split("==")[1], "this venv's NVRx is not the bundle's"
+    return Path(spec.origin).parent
+
+
+def test_each_requirement_left_behind_is_imported_only_by_the_modules_the_table_names() -> None:
+    package = _nvrx_root()
+    importers: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__")
+        for name in _imports(path):  # at any depth: inside functions too
+            importers.setdefault(name.split(".")[0], set()).add(module)
+    for left in gb.LEFT_BEHIND["nvidia-resiliency-ext"].values():
+        assert importers.get(left.module, set()) == set(left.imported_by), left.module
+
+
+def smoke_nvrx_imports() -> list[tuple[str, list[str]]]:
+    """(module, names) of every `from nvidia_resiliency_ext... import ...` in the code the smoke runs."""
+    found = set()
+    for path in sorted((ROOT / "training").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nvidia_resiliency_ext"):
+                found.add((node.module or "", tuple(a.name for a in node.names)))
+            elif isinstance(node, ast.Import):
+                found.update((a.name, ()) for a in node.names if a.name.startswith("nvidia_resiliency_ext"))
+    return [(module, list(names)) for module, names in sorted(found)]
+
+
+BLOCKED_IMPORTS = """
+import importlib.abc, json, runpy, sys
+blocked, tried = set(json.loads(sys.argv[1])), []
+
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            frame = sys._getframe(1)
+            while frame.f_globals.get("__name__", "").startswith(("importlib", "_frozen_importlib")):
+                frame = frame.f_back
+            tried.append([name, frame.f_globals.get("__name__")])
+            raise ImportError(f"No module named {name!r} (blocked: the bundle does not carry it)")
+        return None
+
+sys.meta_path.insert(0, Blocker())
+for module, names in json.loads(sys.argv[2]):
+    __import__(module, fromlist=names)
+sys.argv = ["ft_launcher", "--help"]
+try:
+    runpy.run_module("nvidia_resiliency_ext.fault_tolerance.launcher", run_name="__main__")
+except SystemExit as exit:
+    assert exit.code in (0, None), exit.code
+print(json.dumps({"tried": tried, "loaded": sorted(m for m in sys.modules if m.split(".")[0] in blocked)}))
+"""
+
+
+@pytest.mark.slow
+def test_the_smokes_nvrx_imports_and_ft_launcher_run_without_the_requirements_left_behind() -> None:
+    """What the smoke runs of NVRx (ft_launcher, and every NVRx module training/ imports: the in-process Wrapper,
+    the async checkpointing) imported, and ft_launcher's --help run, with the modules left behind unimportable."""
+    _nvrx_root()
+    blocked = sorted(left.module for left in gb.LEFT_BEHIND["nvidia-resiliency-ext"].values())
+    modules = smoke_nvrx_imports()
+    assert {m for m, _ in modules} >= {
+        "nvidia_resiliency_ext",
+        "nvidia_resiliency_ext.checkpointing.async_ckpt.core",
+        "nvidia_resiliency_ext.fault_tolerance",
+        "nvidia_resiliency_ext.inprocess.store",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORTS, json.dumps(blocked), json.dumps(modules)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["loaded"] == []
+    # NVRx itself tries none of them. grpc's __init__ tries grpc_tools, in a try/except ImportError (a shim that
+    # exposes it as grpc.tools when it is installed), and runs on without it.
+    assert result["tried"] == [["grpc_tools", "grpc"]]
+
+
+def test_the_added_requirements_are_what_nvrxs_generated_code_checks() -> None:
+    """NVRx 0.7.0 declares protobuf>=4.22, but its generated *_pb2 modules, which ft_launcher imports, refuse a
+    protobuf runtime older than the protoc that made them; its *_pb2_grpc modules refuse grpcio older than theirs."""
+    package = _nvrx_root()
+    protoc, grpc_generated = set(), set()
+    for path in (package / "shared_utils/proto").glob("*.py"):
+        text = path.read_text()
+        for line in text.splitlines():
+            if line.startswith("# Protobuf Python Version: "):
+                protoc.add(Version(line.rsplit(" ", 1)[1]))
+            if line.startswith("GRPC_GENERATED_VERSION = "):
+                grpc_generated.add(Version(line.split("=")[1].strip().strip("'\"")))
+    assert protoc
+    assert grpc_generated
+    added = {str(canonicalize_name(r.name)): r for r in map(gb.Requirement, gb.ADDED_REQUIRES["nvidia-resiliency-ext"])}
+    assert str(added["protobuf"].specifier) == f">={max(protoc)}"
+    declared = next(
+        gb.Requirement(r) for r in metadata.requires("nvidia-resiliency-ext") or [] if r.startswith("grpcio ")
+    )
+    assert declared.specifier.contains(max(grpc_generated))
+    assert not any(declared.specifier.contains(Version(f"{v.major}.{v.minor - 1}")) for v in grpc_generated)
