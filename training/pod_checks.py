@@ -193,16 +193,17 @@ def check_aws_ofi_nccl(
 
 
 def read_nccl_version() -> tuple[str | None, str]:
-    """The NCCL torch loads (torch.cuda.nccl.version(): a tuple, an int before PyTorch 1.13's 2.x encoding), with what
-    was tried when it cannot be read. torch is imported here only, when in-process restart asks for it."""
+    """The NCCL torch loads (torch.cuda.nccl.version(): a tuple in current PyTorch, NCCL_VERSION_CODE as an int in old
+    ones), with what was tried when it cannot be read. torch is imported here only, when in-process restart asks."""
     try:
         import torch
 
-        version = torch.cuda.nccl.version()
+        version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
     except Exception as exc:
         return None, f"torch.cuda.nccl.version() failed: {type(exc).__name__}: {exc}"
-    if isinstance(version, int):
-        return f"{version // 1000}.{version % 1000 // 100}.{version % 100}", "torch.cuda.nccl.version()"
+    if isinstance(version, int):  # NCCL_VERSION_CODE: X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z before
+        major, rest = divmod(version, 10000) if version >= 10000 else divmod(version, 1000)
+        return f"{major}.{rest // 100}.{rest % 100}", "torch.cuda.nccl.version()"
     return ".".join(str(part) for part in tuple(version)[:3]), "torch.cuda.nccl.version()"
 
 
