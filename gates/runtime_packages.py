@@ -9,8 +9,9 @@ A package installed at start (a RayJob's `runtimeEnvYAML` pip list, a `pip insta
    5.23 needs tokenizers >= 0.23.1 where the Ray DLC's transformers 5.13 pins tokenizers <= 0.23.0).
 
 And a workload that runs NVRx (installed at start or in the image) must fit NVRx's own support table
-(k8s/nvrx_support.py): its Python range, no in-process restart on NCCL 2.28.3 to 2.28.8 or on NVRx 0.6+, which also
-dropped min-healthy.
+(k8s/nvrx_support.py): its Python range, no in-process restart on NCCL 2.28.3 to 2.28.8, no min-healthy on NVRx 0.6+;
+and no restart mechanism (ft_launcher with --max-restarts above 0, in-process restart) on an image whose aws-ofi-nccl
+leaks on every communicator teardown (< 1.21.0, k8s/ofi_nccl.py).
 
 Facts about wheels and their Requires-Dist come from the committed offline cache k8s/runtime_wheels.json, so the gate
 is deterministic and needs no network. Refresh it where the package index is reachable (pip's configured index;
@@ -49,6 +50,7 @@ from gates.report import Finding, GateError
 from k8s.check_lock import check_lock
 from k8s.images import ImageLock, ImageRuntime
 from k8s.nvrx_support import NVRX_DISTRIBUTION, NVRX_SUPPORT
+from k8s.ofi_nccl import restart_mechanisms, restart_problems
 
 GATE = "runtime-packages"
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,12 +225,20 @@ def check_install(install: StartInstall, lock: ImageLock, cache: dict[str, Any])
             continue
         if entry.get("wheel") is None:
             pip_said = f": {entry['note']}" if entry.get("note") else ""
+            # NVRx without a wheel for the image's C library (0.7.0: manylinux_2_39 only) is built from its source
+            # tag into the environment's built image.
+            baked = (
+                "; NVRx: run the environment's built image instead (images/nvrx/Dockerfile builds it from source), "
+                "nvrx.start_install off"
+                if name == NVRX_DISTRIBUTION
+                else ""
+            )
             findings.append(
                 Finding(
                     GATE,
                     where,
                     f"{spec} has no wheel for {on_image} (pip: no matching distribution); the pod would exit at "
-                    f"start. Use an image on a Python it has wheels for{pip_said}",
+                    f"start. Use an image on a Python and C library it has wheels for{baked}{pip_said}",
                 )
             )
             continue
@@ -253,9 +263,16 @@ def check_install(install: StartInstall, lock: ImageLock, cache: dict[str, Any])
     return findings
 
 
+def _max_restarts(words: set[str]) -> int:
+    """ft_launcher's --max-restarts (torchrun's default: 0)."""
+    values = [int(w.split("=", 1)[1]) for w in words if re.match(r"^--max-restarts=\d+$", w)]
+    return max(values, default=0)
+
+
 def nvrx_combinations(objects: Iterable[tuple[str, dict[str, Any]]], lock: ImageLock) -> list[Finding]:
     """Each container that runs NVRx (installed by its script, else in its image's packages), against NVRx's support
-    table: the image's Python and NCCL, in-process restart (`--inprocess`) and the min-healthy restart policy."""
+    table: the image's Python and NCCL, in-process restart (`--inprocess`) and the min-healthy restart policy; and
+    its restarts (`--max-restarts=N`, `--inprocess`) against the image's aws-ofi-nccl (k8s/ofi_nccl.py)."""
     findings = []
     for where, obj in objects:
         if not isinstance(obj, dict):
@@ -280,13 +297,20 @@ def nvrx_combinations(objects: Iterable[tuple[str, dict[str, Any]]], lock: Image
             if nvrx is None:
                 continue
             words = set(script.split())
-            for problem in NVRX_SUPPORT.problems(
+            inprocess = "--inprocess" in words
+            problems = NVRX_SUPPORT.problems(
                 nvrx=nvrx,
                 python=image.runtime.python,
                 nccl=image.runtime.nccl,
-                inprocess="--inprocess" in words,
+                inprocess=inprocess,
                 min_healthy="--ft-restart-policy=min-healthy" in words,
-            ):
+            )
+            problems += restart_problems(
+                image=image.name,
+                aws_ofi_nccl=image.runtime.aws_ofi_nccl,
+                mechanisms=restart_mechanisms(max_restarts=_max_restarts(words), inprocess=inprocess),
+            )
+            for problem in problems:
                 findings.append(
                     Finding(GATE, f"{where} container {container.get('name', '?')}", f"{problem} (image {image.name})")
                 )

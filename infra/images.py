@@ -75,6 +75,7 @@ def buildspec(base: BaseRegistry) -> dict[str, object]:
         "phases": {
             "pre_build": {
                 "commands": [
+                    "BUILD_START=$(date +%s)",
                     base.login_command(),
                     "aws ecr get-login-password --region $AWS_REGION | "
                     'docker login --username AWS --password-stdin "$REGISTRY"',
@@ -89,6 +90,9 @@ def buildspec(base: BaseRegistry) -> dict[str, object]:
                     f'--label "{BASE_NAME_LABEL}=${{BASE%@*}}" --label "{BASE_DIGEST_LABEL}=${{FROM_DIGEST##*@}}" '
                     '--tag "$IMAGE" .',
                     'docker push "$IMAGE"',
+                    # What the build took against its limit (BUILD_TIMEOUT_MINUTES, an estimate until measured).
+                    f'echo "pull, build and push took $(( ($(date +%s) - BUILD_START) / 60 )) min of the '
+                    f'{BUILD_TIMEOUT_MINUTES}-min limit"',
                 ]
             },
         },

@@ -17,6 +17,8 @@ from infra.spec import ENVIRONMENTS, Environment
 from infra.spec.images import built_image_name, context_tag, repository_name
 from k8s.images import ImageLock, ImageLockError, ImageRuntime, LockedImage
 from k8s.nvrx_spec import NVRX_IMAGE, NvrxFsdpJob
+from k8s.nvrx_support import NVRX_DISTRIBUTION
+from k8s.ofi_nccl import NVRX_IMAGE_EFA_INSTALLER, ofi_nccl_of
 
 PLACEHOLDER_ACCOUNT = "000000000000"
 _PIN = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._-]*)==(?P<version>\S+)$")
@@ -46,10 +48,16 @@ def built_runtime(base: ImageRuntime, pip: tuple[str, ...] = NvrxFsdpJob().pip) 
         if match is None:
             raise ImageLockError(f"nvrx.pip entry {spec!r} is not NAME==VERSION")
         baked[match["name"]] = match["version"]
+    # images/nvrx/Dockerfile re-runs the EFA installer NVRX_IMAGE_EFA_INSTALLER over the base's (and refuses to
+    # finish unless the plugin it then finds is the one that installer carries), and builds NVRx from its tag.
     return replace(
         base,
+        efa_installer=NVRX_IMAGE_EFA_INSTALLER,
+        aws_ofi_nccl=ofi_nccl_of(NVRX_IMAGE_EFA_INSTALLER),
+        nvrx=baked.get(NVRX_DISTRIBUTION, base.nvrx),
         packages=MappingProxyType({**base.packages, **baked}),
-        source=f"images/nvrx/Dockerfile: FROM the lock's {NVRX_IMAGE} ({base.source}) with {', '.join(pip)} baked in",
+        source=f"images/nvrx/Dockerfile: FROM the lock's {NVRX_IMAGE} ({base.source}) with {', '.join(pip)} baked in "
+        f"(NVRx built from its source tag) and EFA installer {NVRX_IMAGE_EFA_INSTALLER} (k8s/ofi_nccl.py)",
     )
 
 

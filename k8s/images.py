@@ -31,6 +31,13 @@ FROZEN_DLC_TAG = re.compile(r"-v\d+\.\d+\.\d+$")
 # -vX.Y-<timestamp> (optionally -soci) attach to one image.
 PYTORCH_DLC_REPOSITORY = "deep-learning-containers/pytorch-training"
 FROZEN_PYTORCH_DLC_TAG = re.compile(r"-v\d+\.\d+(-\d{4}(-\d{2}){5})?(-soci)?$")
+# The Amazon Linux 2023 PyTorch DLC (aws/deep-learning-containers docs/src/data/pytorch/2.13-cuda-ec2.yml: tags
+# 2.13.0-cu133-amzn2023 and 2.13-cu133-amzn2023) has no frozen tag: both are re-pushed by the twice-weekly
+# auto-release (.github/workflows/pytorch.autorelease-2.13-ec2.yml, cron '30 19 * * 2,4'), so the lock pins the
+# digest (images/nvrx/resolve_base.sh refuses a tag that moved from it) and the tag names at least the full PyTorch
+# release, whose runtime facts it records.
+AL2023_PYTORCH_DLC_REPOSITORY = "deep-learning-containers/pytorch"
+AL2023_PYTORCH_DLC_TAG = re.compile(r"^\d+\.\d+\.\d+-cu\d+-amzn2023$")
 # registry/path:tag; the registry has a dot or a port, the tag no '@'.
 REFERENCE = re.compile(r"^(?P<repository>[a-z0-9.-]+(:\d+)?/[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
 
@@ -48,7 +55,11 @@ _PYTHON = re.compile(r"^3\.\d{1,2}$")
 _GLIBC = re.compile(r"^2\.\d{1,2}$")
 _PACKAGE = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
 _NCCL = re.compile(r"^2\.\d{1,2}\.\d{1,2}$")
-RUNTIME_FIELDS = frozenset({"python", "glibc", "arch", "nccl", "packages", "source"})
+_RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
+_CUDA = re.compile(r"^\d+\.\d+$")
+RUNTIME_FIELDS = frozenset(
+    {"python", "glibc", "arch", "cuda", "nccl", "efa_installer", "aws_ofi_nccl", "nvrx", "packages", "source"}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +74,12 @@ class ImageRuntime:
     arch: str = "x86_64"
     # The NCCL the image's PyTorch loads (the NVRx support rules need it: k8s/nvrx_support.py); None: not recorded.
     nccl: str | None = None
+    # CUDA (major.minor), the EFA installer release and the aws-ofi-nccl it carries (k8s/ofi_nccl.py: before 1.21.0
+    # it leaks on every communicator teardown), and the NVRx built into the image; None: not recorded.
+    cuda: str | None = None
+    efa_installer: str | None = None
+    aws_ofi_nccl: str | None = None
+    nvrx: str | None = None
     packages: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -74,6 +91,22 @@ class ImageRuntime:
             raise ImageLockError(f"runtime.arch={self.arch!r}: expected x86_64 or aarch64")
         if self.nccl is not None and not _NCCL.match(self.nccl):
             raise ImageLockError(f"runtime.nccl={self.nccl!r}: expected NCCL's version, e.g. 2.27.7")
+        if self.cuda is not None and not _CUDA.match(self.cuda):
+            raise ImageLockError(f"runtime.cuda={self.cuda!r}: expected CUDA's major.minor, e.g. 13.3")
+        for name in ("efa_installer", "aws_ofi_nccl", "nvrx"):
+            value = getattr(self, name)
+            if value is not None and not _RELEASE.match(value):
+                raise ImageLockError(f"runtime.{name}={value!r}: expected a release X.Y.Z, e.g. 1.51.0")
+        if self.efa_installer is not None:
+            from k8s.ofi_nccl import ofi_nccl_of
+
+            carried = ofi_nccl_of(self.efa_installer)
+            if carried is not None and self.aws_ofi_nccl not in (None, carried):
+                raise ImageLockError(
+                    f"runtime.aws_ofi_nccl={self.aws_ofi_nccl!r}: EFA installer {self.efa_installer} carries "
+                    f"aws-ofi-nccl {carried} (k8s/ofi_nccl.py, EFA release notes); record {carried}, or the installer "
+                    "the image really has"
+                )
         if not self.source.strip():
             raise ImageLockError("runtime.source is empty: say where the facts come from (release notes, a pull)")
         for name in self.packages:
@@ -94,7 +127,11 @@ class ImageRuntime:
             "python": self.python,
             "glibc": self.glibc,
             "arch": self.arch,
-            **({} if self.nccl is None else {"nccl": self.nccl}),
+            **{
+                name: value
+                for name in ("cuda", "nccl", "efa_installer", "aws_ofi_nccl", "nvrx")
+                if (value := getattr(self, name)) is not None
+            },
             "packages": dict(sorted(self.packages.items())),
             "source": self.source,
         }
@@ -115,6 +152,10 @@ class ImageRuntime:
                 glibc=str(data.get("glibc", "")),
                 arch=str(data.get("arch", "x86_64")),
                 nccl=None if data.get("nccl") is None else str(data["nccl"]),
+                cuda=None if data.get("cuda") is None else str(data["cuda"]),
+                efa_installer=None if data.get("efa_installer") is None else str(data["efa_installer"]),
+                aws_ofi_nccl=None if data.get("aws_ofi_nccl") is None else str(data["aws_ofi_nccl"]),
+                nvrx=None if data.get("nvrx") is None else str(data["nvrx"]),
                 packages=MappingProxyType(dict(packages)),
                 source=str(data.get("source", "")),
             )
@@ -149,6 +190,12 @@ class LockedImage:
                 f"images.{self.name}.reference={self.reference!r} is a moving DLC tag: the PyTorch DLC moves its tags "
                 "without a version or with only vX on every patch release, so the runtime facts recorded here go "
                 "stale; pin a -vX.Y or -vX.Y-<timestamp> tag (e.g. 2.9.0-gpu-py312-cu130-ubuntu22.04-ec2-v1.11)"
+            )
+        if self.repository.endswith(AL2023_PYTORCH_DLC_REPOSITORY) and not AL2023_PYTORCH_DLC_TAG.match(self.tag):
+            raise ImageLockError(
+                f"images.{self.name}.reference={self.reference!r}: the Amazon Linux 2023 PyTorch DLC's runtime facts "
+                "are those of one PyTorch release; pin the X.Y.Z-cuNNN-amzn2023 tag (e.g. 2.13.0-cu133-amzn2023), "
+                "with its digest"
             )
         if self.digest is not None and not DIGEST.match(self.digest):
             raise ImageLockError(

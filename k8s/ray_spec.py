@@ -20,6 +20,8 @@ from infra.spec.versions import RAY_VERSION
 from k8s.fabric_env import FabricProfile, fabric_env
 from k8s.fabric_gate_spec import TOKEN_ACK, gate_env, gate_pod
 from k8s.images import ImageLock
+from k8s.nvrx_support import NVRX_SUPPORT
+from k8s.ofi_nccl import INPROCESS, LEAK_FIXED
 from training.emf import CONTAINER_LOG_ENV, CONTAINER_STDOUT, INSTANCE_TYPE_ENV, JOB_NAME_ENV
 
 RAY_IMAGE = "ray-train"
@@ -415,10 +417,14 @@ def precondition_argv(
     packages: list[str],
     group: GpuNodeGroupConfig,
     profile: FabricProfile = FabricProfile.EFA,
+    restarts: tuple[str, ...] = (),
 ) -> list[str]:
     """`python -m training.pod_checks` with what this pod must find before it trains: the image's Python (the
     lock's runtime facts), `packages` (NAME==VERSION), the NCCL net plugin of the fabric profile and the group's
-    EFA devices, and memlock. Exit 2 with the failed check named (training/pod_checks.py)."""
+    EFA devices, and memlock; with `restarts` (k8s/ofi_nccl.py restart_mechanisms), an aws-ofi-nccl without the
+    per-teardown leak when the plugin is in use, and for in-process restart an NCCL outside the range it crashes on.
+    Exit 2 with the failed check named (training/pod_checks.py)."""
+
     runtime = lock.get(image).runtime
     if runtime is None:
         raise WorkloadError(f"images.{image}.runtime is missing in the lock: the pods cannot check their Python")
@@ -428,4 +434,11 @@ def precondition_argv(
     plugin = fabric_env(group.instance, profile).get("NCCL_NET_PLUGIN")
     if plugin and plugin != "none":
         argv += ["--nccl-net-plugin", plugin, "--efa-devices", str(group.efa_interface_count)]
+    for mechanism in restarts:
+        argv += ["--restart", mechanism]
+    if restarts and plugin == "ofi":
+        argv += ["--min-aws-ofi-nccl", str(LEAK_FIXED)]
+    if INPROCESS in restarts:
+        low, high = NVRX_SUPPORT.inprocess_nccl_bad
+        argv += ["--inprocess-bad-nccl", f"{low}-{high}"]
     return [*argv, "--memlock", MEMLOCK_NEEDED]

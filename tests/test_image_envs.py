@@ -30,7 +30,7 @@ def test_each_image_gets_its_python_and_every_version_the_lock_records() -> None
     # What the NVRx pods install at start is part of that image's environment; Ray gets the dashboard and Train.
     nvrx = envs["nvrx-train"]
     assert set(NvrxFsdpJob().pip) <= set(nvrx.requirements)
-    assert (nvrx.python, "torch==2.9.0" in nvrx.requirements) == ("3.12", True)
+    assert (nvrx.python, "torch==2.13.0" in nvrx.requirements) == ("3.12", True)
     assert "ray[default,train]==2.58.0" in envs["ray-train"].requirements
     # GPU-only builds are named with the reason, never silently dropped.
     assert set(envs["ray-train"].skipped) == {"flash-attn", "transformer-engine", "deepspeed"}

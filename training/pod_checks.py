@@ -3,7 +3,8 @@ hours later (or never) with a symptom.
 
     python -m training.pod_checks --python 3.12 --package nvidia-resiliency-ext==0.7.0 --package torch>=2.9 \\
         --nccl-net-plugin ofi --efa-devices 32 --memlock unlimited \\
-        --shared-dir /checkpoints --peers 2 --index 0 --run-id "$JOB_UID"
+        --shared-dir /checkpoints --peers 2 --index 0 --run-id "$JOB_UID" \\
+        --restart ft_launcher --min-aws-ofi-nccl 1.21.0 --restart inprocess --inprocess-bad-nccl 2.28.3-2.28.8
 
 Each check prints one line, `ok   NAME: what was found` or `FAIL NAME: what was found; fix: ...`. Exit status:
 
@@ -126,6 +127,101 @@ def check_nccl_net_plugin(plugin: str, load: Callable[[str], object] | None = No
         "no NCCL net plugin library loads (" + "; ".join(tried) + ")",
         "use an image with aws-ofi-nccl (the EFA installer puts it in /opt/amazon/ofi-nccl/lib) on LD_LIBRARY_PATH",
     )
+
+
+# Where the EFA installer puts the plugin (aws/deep-learning-containers install_efa_amzn2023.sh: lib64/ from 1.44.0 on,
+# lib/ before), after LD_LIBRARY_PATH's directories, which NCCL's dlopen searches first.
+OFI_PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib64", "/opt/amazon/ofi-nccl/lib")
+OFI_PLUGIN_NAMES = ("libnccl-net-ofi.so", "libnccl-net.so")
+# aws-ofi-nccl logs "Initializing " PACKAGE_STRING at init (src/nccl_ofi_net.cpp; AC_INIT([aws-ofi-nccl], ...) in
+# configure.ac), so the library carries its own name and version as one string.
+_OFI_VERSION = re.compile(rb"aws-ofi-nccl (\d+\.\d+\.\d+)")
+
+
+def find_ofi_plugin(environ: dict[str, str] | None = None) -> Path | None:
+    env = os.environ if environ is None else environ
+    directories = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d] + list(OFI_PLUGIN_DIRS)
+    for directory in directories:
+        for name in OFI_PLUGIN_NAMES:
+            if (Path(directory) / name).is_file():
+                return Path(directory) / name
+    return None
+
+
+def aws_ofi_nccl_version(library: Path) -> str | None:
+    try:
+        match = _OFI_VERSION.search(library.read_bytes())
+    except OSError:
+        return None
+    return match.group(1).decode() if match else None
+
+
+def check_aws_ofi_nccl(
+    minimum: str, mechanisms: Sequence[str], find: Callable[[], Path | None] = find_ofi_plugin
+) -> Result:
+    """aws-ofi-nccl before 1.21.0 leaks a receive-buffer registration on every communicator teardown (aws/aws-ofi-nccl
+    RELEASENOTES.md v1.21.0), and every restart (`mechanisms`) tears them down: the plugin this pod loads must be
+    `minimum` or later (k8s/ofi_nccl.py passes it)."""
+    using = " and ".join(mechanisms)
+    fix = (
+        f"use an image with aws-ofi-nccl >= {minimum} (EFA installer >= 1.50.0): the environment's built image "
+        "(images/nvrx/Dockerfile; rebuild it), or turn the job's restarts off"
+    )
+    library = find()
+    found = aws_ofi_nccl_version(library) if library is not None else None
+    if found is None:
+        where = (
+            f"{library}"
+            if library is not None
+            else "no plugin library in LD_LIBRARY_PATH or " + ", ".join(OFI_PLUGIN_DIRS)
+        )
+        return Result(
+            "aws-ofi-nccl",
+            False,
+            f"could not read the aws-ofi-nccl version ({where}); {using} restarts need >= {minimum}",
+            fix,
+        )
+    if release(found) < release(minimum):
+        return Result(
+            "aws-ofi-nccl",
+            False,
+            f"aws-ofi-nccl {found} ({library}) leaks host memory on every communicator teardown, which each {using} "
+            f"restart does; the job needs >= {minimum}",
+            fix,
+        )
+    return Result("aws-ofi-nccl", True, f"{found} ({library}; >= {minimum} with {using} restarts)")
+
+
+def read_nccl_version() -> tuple[str | None, str]:
+    """The NCCL torch loads (torch.cuda.nccl.version(): a tuple in current PyTorch, NCCL_VERSION_CODE as an int in old
+    ones), with what was tried when it cannot be read. torch is imported here only, when in-process restart asks."""
+    try:
+        import torch
+
+        version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        return None, f"torch.cuda.nccl.version() failed: {type(exc).__name__}: {exc}"
+    if isinstance(version, int):  # NCCL_VERSION_CODE: X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z before
+        major, rest = divmod(version, 10000) if version >= 10000 else divmod(version, 1000)
+        return f"{major}.{rest // 100}.{rest % 100}", "torch.cuda.nccl.version()"
+    return ".".join(str(part) for part in tuple(version)[:3]), "torch.cuda.nccl.version()"
+
+
+def check_inprocess_nccl(bad: str, read: Callable[[], tuple[str | None, str]] = read_nccl_version) -> Result:
+    """NVRx in-process restart crashes on NCCL `bad` (LOW-HIGH, inclusive: k8s/nvrx_support.py passes it)."""
+    low, _, high = bad.partition("-")
+    found, how = read()
+    fix = "use an image with another NCCL (the environment's built image), or turn nvrx.inprocess off"
+    if found is None:
+        return Result("nccl for in-process restart", False, f"could not read NCCL's version ({how})", fix)
+    if release(low) <= release(found) <= release(high):
+        return Result(
+            "nccl for in-process restart",
+            False,
+            f"NCCL {found} ({how}) crashes with NVRx in-process restart (NCCL {low} to {high})",
+            fix,
+        )
+    return Result("nccl for in-process restart", True, f"NCCL {found} ({how}; not {low} to {high})")
 
 
 def check_efa_devices(wanted: int, pattern: str = UVERBS_GLOB) -> Result:
@@ -280,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--index", type=int, default=0, help="this pod's index (with --shared-dir)")
     add("--run-id", default="", help="an id unique to this run of the job, e.g. the Job's uid (with --shared-dir)")
     add("--shared-timeout", type=float, default=600.0, metavar="S", help="how long to wait for the other pods")
+    add("--restart", action="append", default=[], metavar="MECHANISM", help="a restart mechanism of the job")
+    add("--min-aws-ofi-nccl", metavar="X.Y.Z", help="the aws-ofi-nccl a restarting job needs (with --restart)")
+    add("--inprocess-bad-nccl", metavar="LOW-HIGH", help="NCCL releases in-process restart crashes on")
     add(
         "--peer-host",
         metavar="PATTERN",
@@ -306,6 +405,14 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
         results.append(skipped("efa devices") if rehearsal else check_efa_devices(args.efa_devices))
     if args.memlock:
         results.append(skipped("memlock") if rehearsal else check_memlock(args.memlock))
+    if args.min_aws_ofi_nccl and args.restart:
+        results.append(
+            skipped("aws-ofi-nccl") if rehearsal else check_aws_ofi_nccl(args.min_aws_ofi_nccl, args.restart)
+        )
+    if args.inprocess_bad_nccl and "inprocess" in args.restart:
+        results.append(
+            skipped("nccl for in-process restart") if rehearsal else check_inprocess_nccl(args.inprocess_bad_nccl)
+        )
     if args.shared_dir is not None:
         results.append(
             check_shared_dir(

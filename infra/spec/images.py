@@ -65,9 +65,12 @@ def refuse_start_install(environment_name: str, config: NvrxImageConfig, start_i
 # CloudFormation waits at most 3600 s for a custom resource (AWS::CloudFormation::CustomResource ServiceTimeout:
 # "an integer from 1 to 3600", default 3600), so the whole build fits in an hour: CodeBuild stops the build first
 # (its own timeout, reported with the build's logs), the Provider framework's waiter gives up next, CloudFormation
-# last. A DLC-sized build (pull ~10 GB of the PyTorch training DLC, pip install, push every layer to the
-# environment's registry: ECR mounts no blobs across registries) takes about half an hour on BUILD_GENERAL1_LARGE
-# (8 vCPU, 15 GB memory, 128 GB disk: CodeBuild user guide, "Build environment compute modes and types").
+# last. A DLC-sized build (pull ~10 GB of the PyTorch DLC, push every layer to the environment's registry: ECR mounts
+# no blobs across registries) is estimated at about half an hour on BUILD_GENERAL1_LARGE (8 vCPU, 15 GB memory, 128 GB
+# disk: CodeBuild user guide, "Build environment compute modes and types"), plus about 3 minutes for the EFA installer
+# (RPMs from its tarball) and 5 for NVRx's source build (an isolated build environment, a pybind11 extension and the
+# .proto files; the CUPTI extension skipped): ~40 of the 50 minutes. Estimates, not measurements: the build log's last
+# line says how long the build took against the limit.
 BUILD_TIMEOUT_MINUTES = 50
 WAIT_TIMEOUT_MINUTES = 55
 BUILD_QUEUED_TIMEOUT_MINUTES = WAIT_TIMEOUT_MINUTES - BUILD_TIMEOUT_MINUTES  # a queued build counts too

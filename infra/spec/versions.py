@@ -50,11 +50,19 @@ KUEUE_VERSION = "0.19.2"
 
 # Chart versions checked against each chart repository's history. aws-efa-k8s-device-plugin:
 # aws/eks-charts gh-pages index.yaml (2026-08-03) and every Chart.yaml on master list v0.5.30
-# (appVersion v0.5.20) as the newest; v0.5.32, pinned before, was never published.
+# (appVersion v0.5.20) as the newest stored. Two merged PRs bumped the chart after that snapshot: #1363
+# (2026-08-21, image v0.5.21-eksbuild.9, "Incremented the chart version") and #1366 (2026-09-10, image
+# v0.5.21-eksbuild.13); the AWS Ray Train sample pins v0.5.32. Neither thread states the chart version it set and no
+# index.yaml after 2026-08-03 is stored here, so v0.5.32 is likely published but not proven: the pin stays the
+# proven v0.5.30 until an index.yaml lists a newer one (`trainctl preflight` checks every pin against the live index).
 # nvidia-device-plugin 0.20.0: in NVIDIA/k8s-device-plugin gh-pages index.yaml (2026-08-20) and tag v0.20.0.
 # kuberay-operator 1.7.0: not in the stored ray-project/kuberay-helm snapshot (2025-07-16, newest 1.4.2);
 # `trainctl preflight` checks every pin against the live index.yaml before a deploy.
-# kueue 0.19.2 (kubernetes-sigs/kueue tag v0.19.2, 2026-08-20, the newest release): published only
+# kueue 0.19.2 (kubernetes-sigs/kueue tag v0.19.2, 2026-08-20): newer 0.19 patches are published, v0.19.3
+# (kubernetes/k8s.io PR #9894, 2026-09-03) and v0.19.4 (#9917, 2026-09-10, the newest found: images and the chart
+# promoted to registry.k8s.io), but the stored kueue snapshot ends at v0.19.2 (2026-08-22), so neither their release
+# notes nor their CRDs (k8s/crds/kueue-v<version>/) can be checked here: bump with a snapshot that has tag v0.19.4.
+# 0.19.2 is published only
 # as an OCI artifact (charts/kueue/README.md: `helm install kueue oci://registry.k8s.io/kueue/charts/kueue`;
 # hack/helm-chart-package.sh pushes it with `helm push` to the staging registry, promoted from there).
 # There is no index.yaml repository: preflight resolves the tag through the OCI distribution API.

@@ -33,6 +33,7 @@ from k8s.job_parts import (
     precondition_script,
 )
 from k8s.nvrx_spec import NVRX_IMAGE, NvrxFsdpJob, launch_script
+from k8s.ofi_nccl import restart_mechanisms
 from k8s.queueing import queue_labels
 from k8s.ray_spec import (
     CHECKPOINT_MOUNT,
@@ -129,7 +130,11 @@ class NvrxJobChart(cdk8s.Chart):
         # under it, per run of the Job: its uid).
         image = nvrx_job_image(environment, job)
         checks = precondition_argv(
-            lock=lock, image=image, packages=[*image_packages(lock, image, ("torch",)), *job.pip], group=group
+            lock=lock,
+            image=image,
+            packages=[*image_packages(lock, image, ("torch",)), *job.pip],
+            group=group,
+            restarts=restart_mechanisms(max_restarts=job.ft_launcher.max_restarts, inprocess=job.inprocess.enabled),
         )
         shared = SharedDirCheck(
             directory=job.checkpoint_dir,

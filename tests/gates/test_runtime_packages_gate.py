@@ -175,15 +175,66 @@ def nvrx_messages(script: str, lock: ImageLock) -> list[str]:
 def test_the_lock_records_the_nvrx_image_nccl() -> None:
     runtime = LOCK.get("nvrx-train").runtime
     assert runtime is not None
-    assert runtime.nccl == "2.27.7"
+    assert runtime.nccl == "2.29.7"
+
+
+# --- aws-ofi-nccl before 1.21.0 leaks on every communicator teardown (k8s/ofi_nccl.py) -----------------------------
+
+FT_RUN = "exec ft_launcher --max-restarts=3 -m training.nvrx_fsdp"
+
+
+def test_the_nvrx_base_image_on_glibc_2_34_has_no_nvrx_0_7_wheel_and_the_fix_is_the_built_image() -> None:
+    """NVRx 0.7.0 publishes only manylinux_2_39 wheels; the AL2023 DLC has glibc 2.34: a start install is refused,
+    naming the built image as the fix."""
+    found = nvrx_messages(
+        "python -m pip install --no-cache-dir nvidia-resiliency-ext==0.7.0 transformers==5.23.0", LOCK
+    )
+    (no_wheel,) = [m for m in found if "has no wheel" in m]
+    assert no_wheel.startswith(
+        "nvidia-resiliency-ext==0.7.0 has no wheel for image nvrx-train (Python 3.12, glibc 2.34"
+    )
+    assert "images/nvrx/Dockerfile" in no_wheel
+    assert "built image" in no_wheel
+
+
+def test_aws_ofi_nccl_before_1_21_with_any_restart_mechanism_is_refused() -> None:
+    install = "pip install nvidia-resiliency-ext==0.7.0"
+    for run in (FT_RUN, "exec ft_launcher --max-restarts=0 -m training.nvrx_fsdp --inprocess"):
+        found = nvrx_messages(f"{install}\n{run}", lock_with(aws_ofi_nccl="1.20.0", efa_installer="1.49.0"))
+        leak = [m for m in found if "aws-ofi-nccl 1.20.0" in m]
+        assert leak, found
+        assert "EFA installer >= 1.50.0" in leak[0], leak
+        assert "images/nvrx/Dockerfile" in leak[0], leak
+    # No restart mechanism: a leak per teardown never adds up.
+    found = nvrx_messages(
+        f"{install}\nexec ft_launcher --max-restarts=0 -m training.nvrx_fsdp", lock_with(aws_ofi_nccl="1.20.0")
+    )
+    assert not any("aws-ofi-nccl" in m for m in found), found
+    found = nvrx_messages(f"{install}\n{FT_RUN}", lock_with(aws_ofi_nccl="1.21.1", efa_installer="1.50.0"))
+    assert not any("aws-ofi-nccl" in m for m in found), found
+
+
+def test_restarts_on_an_image_whose_aws_ofi_nccl_is_not_recorded() -> None:
+    data = LOCK.to_dict()
+    data["images"]["nvrx-train"]["runtime"].pop("aws_ofi_nccl", None)
+    data["images"]["nvrx-train"]["runtime"].pop("efa_installer", None)
+    found = nvrx_messages(f"pip install nvidia-resiliency-ext==0.7.0\n{FT_RUN}", ImageLock.from_dict(data))
+    assert any("aws-ofi-nccl version is not recorded (runtime.aws_ofi_nccl" in m for m in found), found
 
 
 def test_inprocess_restart_on_an_nccl_that_crashes_with_it() -> None:
     found = nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", lock_with(nccl="2.28.5"))
     assert any("NCCL 2.28.5 crashes with NVRx in-process restart (NCCL 2.28.3 to 2.28.8" in m for m in found), found
-    # 2.28.9 is the first fixed release; without in-process restart any NCCL will do.
-    assert nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", lock_with(nccl="2.28.9")) == []
-    assert nvrx_messages(f"{NVRX_START}\nexec ft_launcher -m training.nvrx_fsdp", lock_with(nccl="2.28.5")) == []
+
+    # 2.28.9 is the first fixed release; without in-process restart any NCCL will do. (0.4.1 has no wheel for this
+    # base's glibc 2.34 and its aws-ofi-nccl leaks with restarts: those findings are other tests'.)
+    def crashes(found: list[str]) -> list[str]:
+        return [m for m in found if "crashes with NVRx in-process restart" in m]
+
+    assert crashes(nvrx_messages(f"{NVRX_START}\n{NVRX_RUN}", lock_with(nccl="2.28.9"))) == []
+    assert (
+        crashes(nvrx_messages(f"{NVRX_START}\nexec ft_launcher -m training.nvrx_fsdp", lock_with(nccl="2.28.5"))) == []
+    )
 
 
 def test_inprocess_restart_on_an_image_whose_nccl_is_not_recorded() -> None:

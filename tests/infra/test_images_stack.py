@@ -113,6 +113,7 @@ def test_the_project_builds_the_context_from_the_locked_base_and_pushes_the_cont
     }
     spec = json.loads(props["Source"]["BuildSpec"])
     assert spec["phases"]["pre_build"]["commands"] == [
+        "BUILD_START=$(date +%s)",  # the last build command says how long it took against the limit
         "aws ecr-public get-login-password --region us-east-1 | "
         "docker login --username AWS --password-stdin public.ecr.aws",
         'aws ecr get-login-password --region $AWS_REGION | docker login --username AWS --password-stdin "$REGISTRY"',
@@ -123,6 +124,8 @@ def test_the_project_builds_the_context_from_the_locked_base_and_pushes_the_cont
         'docker build --build-arg "BASE=$FROM_DIGEST" --label "org.opencontainers.image.base.name=${BASE%@*}" '
         '--label "org.opencontainers.image.base.digest=${FROM_DIGEST##*@}" --tag "$IMAGE" .',
         'docker push "$IMAGE"',
+        f'echo "pull, build and push took $(( ($(date +%s) - BUILD_START) / 60 )) min of the '
+        f'{BUILD_TIMEOUT_MINUTES}-min limit"',
     ]
     assert "$FROM_DIGEST" in spec["phases"]["build"]["commands"][0]  # the build log names the digest
     assert "post_build" not in spec["phases"]  # it would run after a failed build too
@@ -251,7 +254,7 @@ def test_a_private_ecr_base_is_pulled_from_its_repository_only() -> None:
     template = dict(Template.from_stack(stack).to_json())
     _, project = _one(template, "AWS::CodeBuild::Project")
     spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
-    assert spec["phases"]["pre_build"]["commands"][0] == (
+    assert spec["phases"]["pre_build"]["commands"][1] == (
         "aws ecr get-login-password --region us-east-2 | docker login --username AWS --password-stdin "
         "763104351884.dkr.ecr.us-east-2.amazonaws.com"
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from k8s.images import LOCK_PATH, ImageLock, ImageLockError, UnpinnedImagesError
+from k8s.images import LOCK_PATH, ImageLock, ImageLockError, ImageRuntime, LockedImage, UnpinnedImagesError
 
 # A digest computed from content this test creates, never an invented one.
 DIGEST = "sha256:" + hashlib.sha256(b'{"schemaVersion":2,"test":"ray-train"}').hexdigest()
@@ -113,11 +113,27 @@ def test_a_frozen_pytorch_dlc_tag_is_accepted(tag: str) -> None:
     _lock(reference=f"public.ecr.aws/deep-learning-containers/pytorch-training:{tag}")
 
 
-def test_the_committed_pytorch_dlc_references_are_frozen_tags() -> None:
+def test_the_committed_pytorch_dlc_reference_names_one_pytorch_release() -> None:
+    """The Amazon Linux 2023 PyTorch DLC has no frozen tag (both of its tags are re-pushed twice a week): the lock
+    names the full release and pins the digest; the minor-only tag is refused."""
     lock = ImageLock.load()
-    dlc = [i for i in lock.images.values() if i.repository.endswith("deep-learning-containers/pytorch-training")]
-    assert dlc
-    assert all(re.search(r"-v\d+\.\d+(-\d{4}(-\d{2}){5})?$", image.tag) for image in dlc), [i.reference for i in dlc]
+    (dlc,) = [i for i in lock.images.values() if i.repository.endswith("deep-learning-containers/pytorch")]
+    assert re.match(r"^\d+\.\d+\.\d+-cu\d+-amzn2023$", dlc.tag), dlc.reference
+    with pytest.raises(ImageLockError, match=r"pin the X.Y.Z-cuNNN-amzn2023 tag"):
+        LockedImage(name="x", reference="public.ecr.aws/deep-learning-containers/pytorch:2.13-cu133-amzn2023")
+
+
+def test_runtime_facts_are_validated_with_the_fix() -> None:
+    runtime = ImageLock.load().get("nvrx-train").runtime
+    assert runtime is not None
+    facts = {**runtime.to_dict()}
+    for field, value, says in (
+        ("aws_ofi_nccl", "1.21", "expected a release X.Y.Z"),
+        ("cuda", "13", "expected CUDA's major.minor"),
+        ("aws_ofi_nccl", "1.22.0", "EFA installer 1.49.0 carries aws-ofi-nccl 1.20.0"),
+    ):
+        with pytest.raises(ImageLockError, match=re.escape(says)):
+            ImageRuntime.from_dict("runtime", {**facts, field: value})
 
 
 @pytest.mark.parametrize("digest", ["sha256:abc", "md5:" + "a" * 64, "sha256:" + "G" * 64, "sha256:" + "A" * 64])

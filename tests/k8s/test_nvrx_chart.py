@@ -255,8 +255,9 @@ def test_pods_validate_arguments_then_check_preconditions_then_start_ft_launcher
     assert check_args < checks < launch
     assert lines[0] == "set -euo pipefail"  # a failed check ends the script with its own exit status
     assert lines[checks] == (
-        "python -m training.pod_checks --python 3.12 --package torch==2.9.0 --package nvidia-resiliency-ext==0.7.0 "
-        "--package transformers==5.23.0 --nccl-net-plugin ofi --efa-devices 32 --memlock unlimited "
+        "python -m training.pod_checks --python 3.12 --package torch==2.13.0 --package nvidia-resiliency-ext==0.7.0 "
+        "--package transformers==5.23.0 --nccl-net-plugin ofi --efa-devices 32 "
+        "--restart ft_launcher --min-aws-ofi-nccl 1.21.0 --memlock unlimited "
         "--shared-dir /checkpoints/nvrx-fsdp --peers 2 --shared-timeout 1500 --peer-host 'nvrx-fsdp-{index}.nvrx-fsdp' "
         '--index "$JOB_COMPLETION_INDEX" --run-id "$JOB_UID"'
     )

@@ -1,5 +1,6 @@
 """images/nvrx/Dockerfile and its build script: one fact each (the pins are NvrxFsdpJob.pip, the base is the lock's
-nvrx-train reference), and the build-time import check names modules that exist in the pinned NVRx. Nobody can run
+nvrx-train reference, the EFA installer is k8s/ofi_nccl.py's), and the build-time import check names modules that
+exist in the pinned NVRx. Nobody can run
 docker here: the image itself has never been built in this project's CI."""
 
 from __future__ import annotations
@@ -24,10 +25,49 @@ def _instructions() -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
+def _args() -> dict[str, str]:
+    return dict(i.removeprefix("ARG ").split("=", 1) for i in _instructions() if i.startswith("ARG ") and "=" in i)
+
+
 def test_the_image_installs_exactly_the_jobs_pinned_packages() -> None:
-    (install,) = [i for i in _instructions() if i.startswith("RUN python -m pip install")]
+    """NVRx is built from its source tag (no wheel fits the base's glibc 2.34), the rest pip-installed by pin: the
+    pair (NVRx at the tag of NVRX_VERSION, the pip line's pins) is NvrxFsdpJob.pip, in its order."""
+    (install,) = [i for i in _instructions() if i.startswith("RUN python -m pip install --no-cache-dir transformers")]
     packages = [a for a in shlex.split(install.removeprefix("RUN ")) if "==" in a]
-    assert tuple(packages) == NvrxFsdpJob().pip
+    assert (f"nvidia-resiliency-ext=={_args()['NVRX_VERSION']}", *packages) == NvrxFsdpJob().pip
+    (build,) = [i for i in _instructions() if "nvidia-resiliency-ext.git" in i]
+    assert 'git clone --depth 1 --branch "v${NVRX_VERSION}"' in build
+    assert "STRAGGLER_DET_SKIP_CUPTI_EXT_BUILD=1" in build
+    # The wheel built is the tag's version (poetry-dynamic-versioning reads it from the tag) and nothing else.
+    assert "nvidia_resiliency_ext-${NVRX_VERSION}-" in build
+
+
+def test_the_image_upgrades_efa_to_the_installer_the_lock_records() -> None:
+    """The base's EFA installer carries an aws-ofi-nccl that leaks on every teardown (k8s/ofi_nccl.py): the image
+    installs the installer k8s/ofi_nccl.py names, checksum verified once recorded, and refuses another plugin."""
+    from k8s.ofi_nccl import NVRX_IMAGE_EFA_INSTALLER, ofi_nccl_of
+
+    args = _args()
+    assert args["EFA_INSTALLER_VERSION"] == NVRX_IMAGE_EFA_INSTALLER
+    assert args["AWS_OFI_NCCL_VERSION"] == ofi_nccl_of(NVRX_IMAGE_EFA_INSTALLER)
+    (efa,) = [i for i in _instructions() if "efa_installer.sh" in i]
+    assert "--skip-kmod --skip-limit-conf --no-verify --disable-ngc" in efa
+    assert "sha256sum" in efa
+
+
+def test_the_pin_guard_uses_a_recorded_value_and_refuses_another(tmp_path: Path) -> None:
+    """The EFA tarball's checksum and NVRx's tag commit are pinned the way the base digest is: the build prints
+    what it got; once the Dockerfile records it, anything else stops the build."""
+    guard = ROOT / "images/nvrx/pin_guard.sh"
+    ok = subprocess.run(["sh", str(guard), "thing", "abc", ""], capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0
+    assert "thing: abc (not recorded yet" in ok.stderr
+    same = subprocess.run(["sh", str(guard), "thing", "abc", "abc"], capture_output=True, text=True, timeout=30)
+    assert same.returncode == 0
+    other = subprocess.run(["sh", str(guard), "thing", "abd", "abc"], capture_output=True, text=True, timeout=30)
+    assert other.returncode == 1
+    assert "refusing" in other.stderr
+    assert "abc" in other.stderr
 
 
 def test_the_base_is_the_locks_nvrx_train_reference() -> None:
@@ -38,11 +78,11 @@ def test_the_base_is_the_locks_nvrx_train_reference() -> None:
 
 
 def test_the_build_time_import_check_passes_against_the_pinned_nvrx() -> None:
-    (check,) = [i for i in _instructions() if i.startswith('RUN python -c "')]
+    (check,) = [i for i in _instructions() if i.startswith('RUN python -c "') and "nvrx imports ok" in i]
     code = shlex.split(check.removeprefix("RUN "))[2]
-    for name in ("inprocess import Wrapper", "TorchAsyncCheckpoint", "AsyncCallsQueue", "LocalCheckpointManager"):
+    for name in ("inprocess import Wrapper", "TorchAsyncCheckpoint", "AsyncCallsQueue", "ft_launcher"):
         assert name in code
-    # nvidia-resiliency-ext 0.4.1 is in this environment: the same statement must import here.
+    # nvidia-resiliency-ext 0.7.0 is in this environment: the same statement must import here.
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stdout.strip()) == (0, "nvrx imports ok"), result.stderr
 
@@ -75,14 +115,20 @@ def test_the_built_image_entry_is_added_unpinned_with_the_dockerfile_packages() 
     base = lock.get(NVRX_IMAGE).runtime
     assert base is not None
     assert (entry.runtime.python, entry.runtime.nccl) == (base.python, base.nccl)
+    # What images/nvrx/Dockerfile adds: the EFA installer, its aws-ofi-nccl, and NVRx.
+    assert (entry.runtime.efa_installer, entry.runtime.aws_ofi_nccl, entry.runtime.nvrx) == (
+        "1.51.0",
+        "1.22.0",
+        "0.7.0",
+    )
     assert {f"{n}=={v}" for n, v in entry.runtime.packages.items()} >= set(NvrxFsdpJob().pip)
 
 
 # --- the FROM, pinned by digest where the build runs ------------------------------------------------------------------
 
 RESOLVE = ROOT / "images/nvrx/resolve_base.sh"
-REPOSITORY = "public.ecr.aws/deep-learning-containers/pytorch-training"
-TAGGED = f"{REPOSITORY}:2.9.0-gpu-py312-cu130-ubuntu22.04-ec2-v1.11"
+REPOSITORY = "public.ecr.aws/deep-learning-containers/pytorch"
+TAGGED = f"{REPOSITORY}:2.13.0-cu133-amzn2023"
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
 

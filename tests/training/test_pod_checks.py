@@ -265,3 +265,62 @@ def test_cli_passes_when_everything_holds() -> None:
 def test_bad_arguments_exit_2_from_argparse() -> None:
     assert run("--package", "torch<2").returncode == 2
     assert run("--shared-dir", "/tmp/x", "--peers", "2", "--index", "2").returncode == 2
+
+
+# --- the restart facts the pod reads itself: aws-ofi-nccl's leak, NCCL with in-process restart ----------------------
+
+
+def _plugin(tmp_path: Path, version: str | None) -> Path:
+    library = tmp_path / "libnccl-net-ofi.so"
+    text = b"\x7fELF..." + (f"\x00Initializing aws-ofi-nccl {version}\x00".encode() if version else b"\x00nothing")
+    library.write_bytes(text)
+    return library
+
+
+def test_aws_ofi_nccl_version_is_read_from_the_plugin_library(tmp_path: Path) -> None:
+    assert pod_checks.aws_ofi_nccl_version(_plugin(tmp_path, "1.22.0")) == "1.22.0"
+    assert pod_checks.aws_ofi_nccl_version(_plugin(tmp_path, None)) is None
+
+
+def test_a_leaking_aws_ofi_nccl_with_restarts_fails_and_names_the_fix(tmp_path: Path) -> None:
+    library = _plugin(tmp_path, "1.20.0")
+    bad = pod_checks.check_aws_ofi_nccl("1.21.0", ["ft_launcher"], find=lambda: library)
+    assert not bad.ok
+    assert "aws-ofi-nccl 1.20.0" in bad.detail
+    assert "ft_launcher" in bad.detail
+    assert "EFA installer >= 1.50.0" in bad.fix
+    good = pod_checks.check_aws_ofi_nccl("1.21.0", ["ft_launcher"], find=lambda: _plugin(tmp_path, "1.22.0"))
+    assert good.ok
+    assert "1.22.0" in good.detail
+
+
+def test_an_unreadable_aws_ofi_nccl_version_is_named_not_passed(tmp_path: Path) -> None:
+    missing = pod_checks.check_aws_ofi_nccl("1.21.0", ["inprocess"], find=lambda: None)
+    assert not missing.ok
+    assert "could not read" in missing.detail
+    unversioned = pod_checks.check_aws_ofi_nccl("1.21.0", ["inprocess"], find=lambda: _plugin(tmp_path, None))
+    assert not unversioned.ok
+    assert "could not read" in unversioned.detail
+
+
+def test_inprocess_restart_on_a_crashing_nccl_fails() -> None:
+    bad = pod_checks.check_inprocess_nccl("2.28.3-2.28.8", read=lambda: ("2.28.5", "torch.cuda.nccl.version()"))
+    assert not bad.ok
+    assert "NCCL 2.28.5" in bad.detail
+    assert pod_checks.check_inprocess_nccl("2.28.3-2.28.8", read=lambda: ("2.29.7", "torch")).ok
+    unknown = pod_checks.check_inprocess_nccl("2.28.3-2.28.8", read=lambda: (None, "no torch here"))
+    assert not unknown.ok
+    assert "could not read" in unknown.detail
+    assert "no torch here" in unknown.detail
+
+
+def test_the_restart_checks_follow_the_flags_and_skip_in_a_cpu_rehearsal(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--restart", "ft_launcher", "--min-aws-ofi-nccl", "1.21.0", "--restart", "inprocess",
+            "--inprocess-bad-nccl", "2.28.3-2.28.8"]  # fmt: skip
+    monkeypatch.setenv(pod_checks.REHEARSAL_ENV, pod_checks.REHEARSAL_CPU)
+    lines = [r.line() for r in pod_checks.run_checks(pod_checks.build_parser().parse_args(args))]
+    assert [line.split(":")[0] for line in lines] == ["skip aws-ofi-nccl", "skip nccl for in-process restart"]
+    # No restart mechanism: nothing to check; ft_launcher alone: no NCCL read.
+    assert pod_checks.run_checks(pod_checks.build_parser().parse_args(args[2:4])) == []
+    only_ft = pod_checks.run_checks(pod_checks.build_parser().parse_args([*args[:4], *args[6:]]))
+    assert [r.name for r in only_ft] == ["aws-ofi-nccl"]
