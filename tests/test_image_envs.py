@@ -97,7 +97,10 @@ def test_nvrx_is_installed_as_the_makefile_installs_it_and_the_other_images_as_b
     plain, target = image_envs.pip_argvs(nvrx)
     assert "nvidia-resiliency-ext==0.7.0" not in plain
     assert plain[: len(pip) + 1] == [*pip, "--only-binary=:all:"]
-    assert set(plain) >= {"torch==2.9.0", "transformers==5.23.0", "httpx>=0.24.0", "defusedxml", "protobuf>=6.31.1"}
+    runtime = LOCK.get("nvrx-train").runtime
+    assert runtime is not None
+    torch_pin = f"torch=={runtime.packages['torch']}"  # the base image's, from the lock
+    assert set(plain) >= {torch_pin, "transformers==5.23.0", "httpx>=0.24.0", "defusedxml", "protobuf>=6.31.1"}
     assert not {"fastapi", "uvicorn", "slowapi", "pydantic-settings", "grpcio-tools"} & {
         a.split(">")[0].split("[")[0] for a in plain
     }
