@@ -24,6 +24,7 @@ from typing import Any
 
 from infra.spec.environments import DNS_LABEL
 from infra.spec.operating import NODE_MTBF, FailureRate
+from k8s.nvrx_support import NVRX_DISTRIBUTION
 from k8s.ray_spec import CHECKPOINT_MOUNT, WorkloadError
 from k8s.workloads import require_pinned_packages
 from training.nvrx_config import TimeoutNames, inprocess_timeout_problem
@@ -53,7 +54,6 @@ MAX_SPARES = 4
 # rendezvous (fault_tolerance/_ft_rendezvous.py, torch's dynamic one) admits up to MAX nodes into the world instead:
 # the spares would train, at a world size the checkpoints and batch sizes were not set for.
 SPARES_MIN_NVRX = (0, 7, 0)
-NVRX_PACKAGE = "nvidia-resiliency-ext"
 
 
 def nnodes_arg(active: int, spares: int = 0) -> str:
@@ -298,7 +298,7 @@ class NvrxFsdpJob:
         """The NVRx version pinned in `pip` (None when it is not pinned there)."""
         for requirement in self.pip:
             name, _, version = requirement.partition("==")
-            if name.strip().lower() == NVRX_PACKAGE and version:
+            if name.strip().lower() == NVRX_DISTRIBUTION and version:
                 return tuple(int(part) for part in version.strip().split(".")[:3] if part.isdigit())
         return None
 
@@ -315,8 +315,9 @@ class NvrxFsdpJob:
         version = self.nvrx_version()
         if self.spares and (version is None or version < SPARES_MIN_NVRX):
             pinned = ".".join(map(str, version)) if version else "unpinned"
+            needed = ".".join(map(str, SPARES_MIN_NVRX))
             raise WorkloadError(
-                f"nvrx.spares={self.spares} needs {NVRX_PACKAGE} {'.'.join(map(str, SPARES_MIN_NVRX))} or later in "
+                f"nvrx.spares={self.spares} needs {NVRX_DISTRIBUTION} {needed} or later in "
                 f"nvrx.pip (pinned: {pinned}): before it, ft_launcher's --nnodes=MIN:MAX admits the spares into the "
                 "training world instead of keeping them standby; pin the newer NVRx (and its image) or use spares=0"
             )
@@ -357,7 +358,8 @@ class NvrxFsdpJob:
 
     @property
     def ports(self) -> dict[str, int]:
-        """The ports the pods listen on, by name: the rendezvous, and with in-process restart its two stores."""
+        """The ports the pods listen on, by name (at most 15 characters, IANA_SVC_NAME): the c10d rendezvous, and with
+        in-process restart the store behind its process groups and the NVRx Wrapper's own store."""
         ports = {"rendezvous": RENDEZVOUS_PORT}
         if self.inprocess.enabled:
             ports |= {"inprocess-store": INPROCESS_STORE_PORT, "wrapper-store": WRAPPER_STORE_PORT}

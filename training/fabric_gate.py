@@ -703,9 +703,11 @@ def _proven_in_every_pod(backend: str) -> bool:
     import torch
     import torch.distributed as dist
 
+    from training.fabric_gate_run import collective_device
+
     earlier = read_pod_verdict(pod_dir() / "verdict.json")
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    proven = torch.tensor([int(earlier is not None and earlier.get("outcome") == Outcome.PASS.value)], device=device)
+    passed = int(earlier is not None and earlier.get("outcome") == Outcome.PASS.value)
+    proven = torch.tensor([passed], device=collective_device(backend))
     dist.all_reduce(proven, op=dist.ReduceOp.MIN)
     return bool(proven.item())
 

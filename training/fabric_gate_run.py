@@ -234,12 +234,17 @@ def _prepare_nccl_log() -> None:
     Path(os.environ["NCCL_DEBUG_FILE"]).parent.mkdir(parents=True, exist_ok=True)
 
 
+def collective_device(backend: str) -> torch.device:
+    """Where the gate's collective tensors live: the rank's GPU under NCCL, the CPU under gloo."""
+    return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+
+
 def run(config: GateConfig, *, backend: str, inject: Injection | None, started: float, out: TextIO) -> GateVerdict:
     assert config.floor is not None
     if inject is None:
         _prepare_nccl_log()
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    device = collective_device(backend)
     ctx = _Context(config, device, os.environ.get(NODE_NAME_ENV) or socket.gethostname(), inject, started)
     message = ctx.message_bytes
     sizes = sorted({max(4, message // 64), max(4, message // 8), message})

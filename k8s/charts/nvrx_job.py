@@ -60,8 +60,6 @@ def nvrx_job_image(environment: Environment, job: NvrxFsdpJob) -> str:
 
 # Exit code of training/nvrx_fsdp.py for bad arguments: retrying cannot help.
 EXIT_BAD_CONFIGURATION = 2
-# Every port the pods listen on (names at most 15 characters, IANA_SVC_NAME): the c10d rendezvous, the store
-# behind the in-process process groups, and the NVRx Wrapper's own store.
 
 
 def job_nodes(job: NvrxFsdpJob, group: GpuNodeGroupConfig) -> int:
