@@ -22,6 +22,10 @@ export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# A machine that sets PYTHONDONTWRITEBYTECODE makes every process compile the project from source and pytest rewrite
+# every test module again: about 5 s of CPU per pytest worker and more per rehearsal process. The caches are ignored
+# by git, and nothing synthesized hashes a directory that holds Python (infra/images.py excludes __pycache__).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help install synth synth-cdk synth-k8s check check-manifests check-synthesized test-synth test test-fast test-rehearsal test-training pytest-all-but-rehearsals pytest-ci-rehearsals pytest-fast test-image image-envs lint typecheck fmt bench docs clean lock gpu-bundle
 
