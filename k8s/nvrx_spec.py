@@ -264,7 +264,7 @@ class NvrxFsdpJob:
     # to evict and replace the lost pod (infra/spec/node_loss.py: 50 + 300 s before a replacement even exists). Each
     # is a whole GPU node the Job holds idle: parallelism, completions and the Kueue Workload count nodes + spares.
     # They do not cover the loss of pod 0 (the rendezvous store's host: every launcher fails with it, see
-    # store_host_losses). docs/workloads.md "Hot spares".
+    # store_host_losses). docs/nvrx.md "Hot spares".
     spares: int = 0
 
     def __post_init__(self) -> None:

@@ -56,7 +56,7 @@ def unsupported_kind(kind: str) -> str | None:
         return f"kind {kind} is not run by the rehearsal: {PENDING_KINDS[kind]}"
     return (
         f"kind {kind} is not run by the rehearsal (it runs {', '.join(WORKLOAD_KINDS)}; "
-        "see the support table in docs/workloads.md)"
+        "see the support table in docs/rehearsal-support.md)"
     )
 
 
