@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from training import emf
+from training.deadline import EXIT_CODES as DEADLINE_EXIT_CODES
 from training.fabric_analyzer import FabricReport, Verdict, analyze_paths
 from training.fabric_gate_config import Floor as Floor  # re-exported: the gate's callers name it here
 from training.fabric_gate_config import GateConfig as GateConfig
@@ -545,8 +546,9 @@ def _write_verdict(path: Path, verdict: GateVerdict, exit_code: int) -> None:
 
 
 def stops_the_pod(verdict: Mapping[str, Any] | None) -> bool:
-    """A recorded verdict that stops the pod: the gate's RETRY or FAILED code."""
-    return verdict is not None and verdict.get("exit_code") in (EXIT_RETRY, EXIT_FAILED)
+    """A recorded verdict that stops the pod: the gate's RETRY or FAILED code, or a Capacity Block's deadline
+    (training/deadline.py: checkpointed and stopped, or refused to start)."""
+    return verdict is not None and verdict.get("exit_code") in (EXIT_RETRY, EXIT_FAILED, *DEADLINE_EXIT_CODES)
 
 
 def read_pod_verdict(path: Path) -> dict[str, Any] | None:
