@@ -28,6 +28,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "training.nvrx_config",
         "training.fabric_gate",
         "training.fabric_verdict",
+        "training.deadline",
         "fabric_controller.config",
     ),
     "training": ("training",),
