@@ -254,6 +254,8 @@ class Session:
         self.optimizer: torch.optim.Optimizer | None = None
         self.saver: ckpt.Saver | None = None
         self.ckpt_group: dist.ProcessGroup | None = None
+        # The Capacity Block clock's own gloo group: the async saver's threads run collectives on ckpt_group.
+        self.clock_group: dist.ProcessGroup | None = None
         self.source: BatchSource | None = None
         self.emf: emf.Emitter | None = None
         self.identity: emf.JobIdentity | None = None
@@ -301,6 +303,7 @@ class Session:
         start = self._resume(state, rank, journal)
         block = capacity.from_env()
         if block is not None:
+            self.clock_group = dist.new_group(backend="gloo")
             self._refuse_short_block(block, start)
         injector = FaultInjector(job.fault, marker=job.marker, rank=rank, on_fire=self._fault_logger(journal))
         self.heartbeats.start()
@@ -332,7 +335,7 @@ class Session:
     def _block_clock(self, block: capacity.Deadline, step: int) -> float:
         """Rank 0's clock before step `step + 1`, on every rank: all ranks decide alike and stop at the same step."""
         now = torch.tensor([block.clock(step)], dtype=torch.float64)
-        dist.broadcast(now, src=0, group=self.ckpt_group)
+        dist.broadcast(now, src=0, group=self.clock_group)
         return float(now.item())
 
     def _refuse_short_block(self, block: capacity.Deadline, start: int) -> None:
@@ -348,7 +351,7 @@ class Session:
         if done > start and not self.job.is_checkpoint_step(done):
             saver.save(done, state)
         saver.finalize()
-        dist.barrier(group=self.ckpt_group)
+        dist.barrier(group=self.clock_group)
         self._leave(
             capacity.EXIT_STOPPED,
             f"capacity block: checkpointed step {done} and stopped before the block's stop point; "
@@ -537,7 +540,7 @@ class Session:
 
     def _release(self) -> None:
         self.model = self.optimizer = self.saver = self.source = None
-        self.ckpt_group = None
+        self.ckpt_group = self.clock_group = None
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -551,7 +554,7 @@ class Session:
         with contextlib.suppress(Exception):
             self.heartbeats.stop()
         self.model = self.optimizer = self.saver = self.source = None
-        self.ckpt_group = None
+        self.ckpt_group = self.clock_group = None
         with contextlib.suppress(Exception):
             if dist.is_initialized():
                 dist.destroy_process_group()
