@@ -72,6 +72,7 @@ STDLIB_ONLY = (
     "training.fabric_analyzer",
     "training.fabric_verdict",
     "training.kube_api",
+    "training.deadline",
 )
 # The remediation controller ships as source to a plain Python image (k8s/charts/fabric_gate.py): all of it.
 STDLIB_ONLY_PACKAGES = ("fabric_controller",)

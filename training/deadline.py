@@ -10,11 +10,11 @@ carry the block's end, the stop margin and the measured step time (k8s/capacity_
   step, waits until it is committed, and exits EXIT_STOPPED.
 
 Every rank decides on rank 0's clock (broadcast), so all ranks stop at the same step. The exit code is also written
-to the pod's verdict file: ft_launcher turns any worker's exit into a restart and then its own exit 1 (NVRx 0.7.0
-fault_tolerance/launcher.py main: ChildFailedError -> 1; its --ft-no-restart-exit-code, cli_args.py
-add_no_restart_args, covers only NVRx's own attribution and no-progress decisions, not a worker's code), so the pod's
-supervisor (training/fabric_gate.py supervise) stops the launcher and exits the pod with this code, which the Job's
-podFailurePolicy fails the Job on instead of burning its retries.
+to the pod's verdict file (training/fabric_gate.py write_stop_verdict): ft_launcher turns any worker's exit into a
+restart and then its own exit 1 (NVRx 0.7.0 fault_tolerance/launcher.py main: ChildFailedError -> 1; its
+--ft-no-restart-exit-code, cli_args.py add_no_restart_args, covers only NVRx's own attribution and no-progress
+decisions, not a worker's code), so the pod's supervisor (training/fabric_gate.py supervise) stops the launcher and
+exits the pod with this code, which the Job's podFailurePolicy fails the Job on instead of burning its retries.
 
 CPU rehearsal only (PLATFORM_REHEARSAL=cpu): CAPACITY_DEADLINE_INJECT=step:N makes the clock read the stop point once
 step N is done, so a block ending mid-run is rehearsed at a known step.
@@ -22,14 +22,12 @@ step N is done, so a block ending mid-run is rehearsed at a known step.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from training.rehearsal import cpu_rehearsal
 
@@ -105,18 +103,3 @@ def from_env(environ: Mapping[str, str] | None = None) -> Deadline | None:
             raise ValueError(f"{INJECT_ENV}={inject!r}: use step:N")
         after = int(value)
     return Deadline(end.timestamp() - margin, step_s, after)
-
-
-def write_pod_verdict(exit_code: int, summary: str) -> Path:
-    """The pod's verdict for the supervisor (training/fabric_gate.py reads it); a stopping verdict already there
-    (another rank's, or the gate's) stays."""
-    from training import fabric_gate
-
-    directory = fabric_gate.pod_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "verdict.json"
-    if not fabric_gate.stops_the_pod(fabric_gate.read_pod_verdict(path)):
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"outcome": "CAPACITY_DEADLINE", "summary": summary, "exit_code": exit_code}))
-        os.replace(tmp, path)
-    return path

@@ -539,6 +539,19 @@ def write_pod_verdict(verdict: GateVerdict, exit_code: int, directory: Path | No
     return path
 
 
+def write_stop_verdict(exit_code: int, summary: str, directory: Path | None = None) -> Path:
+    """A Capacity Block deadline's verdict (training/deadline.py: stopped or refused) for the supervisor; a stopping
+    verdict already there (another rank's, or the gate's) stays."""
+    directory = directory or pod_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "verdict.json"
+    if not stops_the_pod(read_pod_verdict(path)):
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"outcome": "CAPACITY_DEADLINE", "summary": summary, "exit_code": exit_code}) + "\n")
+        os.replace(tmp, path)
+    return path
+
+
 def _write_verdict(path: Path, verdict: GateVerdict, exit_code: int) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # each rank writes its own, then one rename wins
     tmp.write_text(json.dumps({**verdict.to_json(), "exit_code": exit_code}, indent=2) + "\n")

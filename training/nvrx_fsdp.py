@@ -361,7 +361,7 @@ class Session:
     def _leave(self, code: int, summary: str) -> None:
         """Ends the process with `code`, written first to the pod's verdict for its supervisor. os._exit, as the fabric
         gate does: raised, the NVRx Wrapper would restart the training in-process."""
-        capacity.write_pod_verdict(code, summary)
+        fabric_gate.write_stop_verdict(code, summary)
         if dist.get_rank() == 0:
             log(summary)
         sys.stdout.flush()

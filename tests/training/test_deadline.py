@@ -9,7 +9,7 @@ import pytest
 
 from training import deadline
 from training.deadline import EXIT_REFUSED, EXIT_STOPPED, Deadline
-from training.fabric_gate import EXIT_FAILED, POD_DIR_ENV, read_pod_verdict, stops_the_pod
+from training.fabric_gate import EXIT_FAILED, POD_DIR_ENV, read_pod_verdict, stops_the_pod, write_stop_verdict
 
 END = "2026-12-10T11:30:00+00:00"
 END_S = 1796902200.0  # END in seconds since the epoch
@@ -77,13 +77,25 @@ def test_the_deadline_verdict_stops_the_pod_and_the_first_one_stays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(POD_DIR_ENV, str(tmp_path))
-    path = deadline.write_pod_verdict(EXIT_STOPPED, "stopped at 3")
-    deadline.write_pod_verdict(EXIT_REFUSED, "refused at 3")  # the launcher's restarted workers, a moment later
+    path = write_stop_verdict(EXIT_STOPPED, "stopped at 3")
+    write_stop_verdict(EXIT_REFUSED, "refused at 3")  # the launcher's restarted workers, a moment later
     verdict = read_pod_verdict(path)
     assert verdict is not None
     assert (verdict["exit_code"], verdict["summary"]) == (EXIT_STOPPED, "stopped at 3")
     assert stops_the_pod(verdict)
     assert stops_the_pod({"exit_code": EXIT_REFUSED})
     path.write_text(json.dumps({"exit_code": EXIT_FAILED}))
-    deadline.write_pod_verdict(EXIT_STOPPED, "after the gate")
+    write_stop_verdict(EXIT_STOPPED, "after the gate")
     assert json.loads(path.read_text())["exit_code"] == EXIT_FAILED
+
+
+def test_a_bad_deadline_variable_fails_the_argument_check(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from training.nvrx_config import parse_command
+
+    monkeypatch.setenv(deadline.DEADLINE_ENV, "2026-12-10T11:30:00")
+    with pytest.raises(SystemExit) as exited:
+        parse_command(["--ckpt-dir", "/tmp/x", "--check-args"])
+    assert exited.value.code == 2
+    assert "CAPACITY_DEADLINE" in capsys.readouterr().err
