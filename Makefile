@@ -15,12 +15,13 @@ CHECKOV_VENV := .venv-checkov
 STAMP_CHECKOV := $(CHECKOV_VENV)/.installed
 
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
-# Synth must not reach the network: no version check, no telemetry, no upgrade nag.
-# (The cdk CLI reads every CDK_* variable as an option, so cdk8s's own switch is set
-# on its command line only.)
+# Synth must not reach the network: no version check, no telemetry.
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
-CDK8S := CDK8S_CHECK_UPGRADE=false cdk8s
+# The cdk8s app runs without the cdk8s CLI: `cdk8s synth` (cdk8s-cli 2.207.60, lib/cli/cmds/synth.js and lib/util.js
+# synthApp) only empties the output directory, sets CDK8S_OUTDIR, runs the app and lists the files, and turns the app's
+# exit status 1 (images not pinned yet) into a Node.js stack trace. k8s/main.py empties, writes and lists itself.
+SYNTH_K8S := python -m k8s.main
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # A machine that sets PYTHONDONTWRITEBYTECODE makes every process compile the project from source and pytest rewrite
 # every test module again: about 5 s of CPU per pytest worker and more per rehearsal process. The caches are ignored
@@ -86,10 +87,11 @@ synth-cdk: install
 	cdk synth --quiet '**'
 
 # Digests missing from the lock are resolved first where the registry is reachable (never
-# moving an existing pin); where it is not, cdk8s synth lists them and fails.
+# moving an existing pin); where it is not, every chart with its images pinned is written and
+# the rest are listed with their fixes (exit status 1).
 synth-k8s: install
-	trainctl pin --missing-only || echo "make: unresolved image digests; cdk8s synth will list them"
-	$(CDK8S) synth
+	trainctl pin --missing-only || echo "make: unresolved image digests; the charts that need them are listed below"
+	$(SYNTH_K8S) --output dist
 
 lint: install
 	$(NO_TIMERS) ruff check .
@@ -106,7 +108,7 @@ check: synth-cdk check-manifests
 
 check-manifests: install
 	$(NO_TIMERS) python -m k8s.check_lock $(CHECK_DIR)/images.lock.json
-	$(NO_TIMERS) env IMAGE_LOCK=$(CHECK_DIR)/images.lock.json $(CDK8S) synth --output $(CHECK_DIR)/dist
+	$(NO_TIMERS) env IMAGE_LOCK=$(CHECK_DIR)/images.lock.json $(SYNTH_K8S) --output $(CHECK_DIR)/dist
 
 # make test's one synth of the app: in this process with cdk-nag attached (gates/synth.py), so cdk-nag needs no synth
 # of its own; the gates read it (check-synthesized) and so does pytest (CDK_SYNTH_OUT, tests/conftest.py cdk_out).

@@ -233,29 +233,17 @@ class UnpinnedImagesError(ImageLockError):
         self.images = images
 
 
-class ImagesNotReadyError(UnpinnedImagesError):
-    """Several environments' image errors in one: every line of each, once."""
-
-    def __init__(self, errors: list[UnpinnedImagesError]) -> None:
-        lines = list(dict.fromkeys(line for error in errors for line in str(error).splitlines()))
-        ImageLockError.__init__(self, "\n".join(lines))
-        self.images = list({image.name: image for error in errors for image in error.images}.values())
+def pin_fix(image: LockedImage) -> str:
+    offline = f"trainctl pin --set {image.name}={image.reference}@sha256:<digest>"
+    return f"`trainctl pin` (no registry reachable: `{offline}`)"
 
 
-class UnbuiltImageError(UnpinnedImagesError):
-    """An environment's built image (infra/images.py) that the lock has no entry for yet."""
-
-    def __init__(self, name: str, environment: str) -> None:
-        ImageLockError.__init__(
-            self,
-            f"image {name!r} is not in k8s/images.lock.json: the NVRx job of environment {environment} runs the image "
-            "built for it from images/nvrx/Dockerfile. Build it in the account with "
-            f"`cdk deploy '{environment}/Images'` and pin it with `trainctl pin --built {environment} --account "
-            "ACCOUNT` (with Docker instead: "
-            f"`scripts/build_nvrx_image.sh {environment} ACCOUNT`; docs/deploy.md, 'The NVRx image'); then commit "
-            "k8s/images.lock.json.",
-        )
-        self.images = []
+def build_fix(environment: str) -> str:
+    """How an environment's NVRx image (infra/images.py, images/nvrx/Dockerfile) gets built and into the lock."""
+    return (
+        f"`cdk deploy '{environment}/Images'`, then `trainctl pin --built {environment} --account ACCOUNT` (with "
+        f"Docker instead: `scripts/build_nvrx_image.sh {environment} ACCOUNT`; docs/deploy.md, 'The NVRx image')"
+    )
 
 
 @dataclass(frozen=True)
@@ -308,6 +296,16 @@ class ImageLock:
 
     def pinned(self, name: str) -> str:
         return self.get(name).pinned
+
+    def not_ready(self, name: str, *, built_by: str | None = None) -> tuple[str, str] | None:
+        """Why no manifest can use image `name` yet, and the command that fixes it; None when it is pinned.
+        `built_by`: the environment whose Images stack builds it (the lock has no entry until it is built)."""
+        if built_by is not None and name not in self.images:
+            return f"image {name} is not built yet", build_fix(built_by)
+        image = self.get(name)
+        if image.digest is None:
+            return f"image {name} has no digest", pin_fix(image)
+        return None
 
     def require_pinned(self, names: list[str] | None = None) -> None:
         """Raise one error listing every unpinned image among `names` (default: all)."""

@@ -266,6 +266,9 @@ class NvrxFsdpJob:
     # They do not cover the loss of pod 0 (the rendezvous store's host: every launcher fails with it, see
     # store_host_losses). docs/nvrx.md "Hot spares".
     spares: int = 0
+    # One training step's measured time, seconds (trainctl goodput prints it): required on a Capacity Block group,
+    # where each rank stops one step before the block's stop point (k8s/capacity_deadline.py, training/deadline.py).
+    step_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -292,6 +295,8 @@ class NvrxFsdpJob:
             )
         if not 10 <= self.preconditions_timeout_s <= 3600:
             raise WorkloadError(f"nvrx.preconditions_timeout_s={self.preconditions_timeout_s} must be 10 to 3600")
+        if self.step_seconds is not None and not 0 < self.step_seconds <= 3600:
+            raise WorkloadError(f"nvrx.step_seconds={self.step_seconds} must be > 0 and at most 3600")
         self.check_spares(self.nodes)
 
     def nvrx_version(self) -> tuple[int, ...] | None:
@@ -427,16 +432,18 @@ class NvrxFsdpJob:
         return env
 
 
-def launch_script(job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: list[str], preconditions: str) -> str:
+def launch_script(
+    job: NvrxFsdpJob, *, launcher_argv: list[str], training_argv: list[str], preconditions: str, supervised: bool
+) -> str:
     """The container's shell script: pinned NVRx if the image lacks it (start_install only); the training arguments
     validated and the pod's preconditions checked, each exiting 2 on failure (the Job's podFailurePolicy fails the
     Job at once: ft_launcher turns any worker failure into its own exit 1, so a bad flag must be caught before it
     starts);
-    then exec ft_launcher, under the fabric gate's supervisor when the job is gated (it exits the pod with the
-    gate's code, which ft_launcher would turn into 1)."""
+    then exec ft_launcher, under the pod's supervisor when `supervised` (the job is gated, or on a Capacity Block): it
+    exits the pod with the gate's or the deadline's code (training/deadline.py), which ft_launcher would turn into 1."""
     pip = shlex.join(["python", "-m", "pip", "install", "--no-cache-dir", *job.pip])
     rdzv_conf = f'"--rdzv-conf=is_host=$is_host,{job.ft_launcher.rendezvous_conf()}"'
-    supervisor = "python -m training.fabric_gate supervise -- " if job.fabric_gate else ""
+    supervisor = "python -m training.fabric_gate supervise -- " if supervised else ""
     # With hot spares the pod's index is its infrastructure rank: the lowest indexes train, pod 0 is rank 0.
     infra_rank = [f'export {INFRA_RANK_ENV}="$JOB_COMPLETION_INDEX"'] if job.spares else []
     return "\n".join(

@@ -152,7 +152,7 @@ def assembly(cdk_out: Path) -> dict[str, dict[str, StackArtifact]]:
 
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Manifests of every environment, synthesized once (as `cdk8s synth` writes them)."""
+    """Manifests of every environment, synthesized once (as `make synth` writes them)."""
     from k8s.check_lock import check_lock
     from k8s.images import ImageLock
     from k8s.main import synth_all

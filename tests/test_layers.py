@@ -28,6 +28,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "training.nvrx_config",
         "training.fabric_gate",
         "training.fabric_verdict",
+        "training.deadline",
         "fabric_controller.config",
     ),
     "training": ("training",),
@@ -71,6 +72,7 @@ STDLIB_ONLY = (
     "training.fabric_analyzer",
     "training.fabric_verdict",
     "training.kube_api",
+    "training.deadline",
 )
 # The remediation controller ships as source to a plain Python image (k8s/charts/fabric_gate.py): all of it.
 STDLIB_ONLY_PACKAGES = ("fabric_controller",)

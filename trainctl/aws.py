@@ -1,17 +1,16 @@
-"""The AWS client of trainctl: every AWS call any command makes is a method of `Aws` (one boto3 Session,
-a client per service), and nothing else calls boto3 for a service API (trainctl.eks_auth makes the EKS
-connection's token and DescribeCluster, trainctl.ecr the ECR login token for `pin`).
+"""The AWS client of trainctl: every AWS call any command makes is a method of `Aws` (one boto3 Session, a client per
+service) or of its subclass trainctl.deployed_stacks.StackReads (`plan`); nothing else calls boto3 for a service API
+(trainctl.eks_auth makes the EKS connection's token and DescribeCluster, trainctl.ecr the ECR login token for `pin`).
 
-Every method is one API call (all pages of it where the API pages) and returns the dicts boto3 returns;
-judging them is the caller's job (trainctl.preflight, capacity, scale). Only the reservation create and
-cancel and the node group update change anything. Every failure becomes an
-AwsError whose `kind` says what went wrong: no credentials, an endpoint that cannot be
-reached, access denied, a resource that does not exist, an API the installed botocore does
+Every method is one API call (all pages of it where the API pages) and returns the dicts boto3 returns; judging them
+is the caller's job (trainctl.preflight, capacity, scale). Only the reservation create and cancel and the node group
+update change anything. Every failure becomes an AwsError whose `kind` says what went wrong: no credentials, an
+endpoint that cannot be reached, access denied, a resource that does not exist, an API the installed botocore does
 not know, or any other service error. Nothing here raises a botocore exception.
 
-`endpoint_urls` sends a service (one of SERVICES, or "*" for all of them) to
-another endpoint, e.g. an emulator on 127.0.0.1; unset, boto3 picks the region's endpoint.
-An endpoint that could not be reached once is not tried again: later calls to it fail at once.
+`endpoint_urls` sends a service (one of SERVICES, or "*" for all of them) to another endpoint, e.g. an emulator on
+127.0.0.1; unset, boto3 picks the region's endpoint. An endpoint that could not be reached once is not tried again:
+later calls to it fail at once.
 """
 
 from __future__ import annotations
@@ -113,11 +112,13 @@ def classify(exc: Exception, api: str) -> AwsError:
         error = exc.response.get("Error", {})
         code = str(error.get("Code", "Unknown"))
         message = str(error.get("Message") or exc)
+        # CloudFormation answers a stack that does not exist with ValidationError "Stack with id X does not exist".
+        missing_stack = code == "ValidationError" and message.endswith(" does not exist")
         if code in _ACCESS_DENIED:
             kind = ErrorKind.ACCESS_DENIED
         elif code in _INVALID_CREDENTIALS:
             kind = ErrorKind.INVALID_CREDENTIALS
-        elif code in _NOT_FOUND or code.endswith((".NotFound", ".Malformed")):
+        elif code in _NOT_FOUND or code.endswith((".NotFound", ".Malformed")) or missing_stack:
             kind = ErrorKind.NOT_FOUND
         else:
             kind = ErrorKind.API_ERROR
@@ -427,8 +428,7 @@ class Aws:
                 "cloudformation", "list_stack_resources", "cloudformation:ListStackResources", StackName=stack_name
             )
         except AwsError as exc:
-            # CloudFormation answers a missing stack with ValidationError "Stack with id X does not exist".
-            if exc.code == "ValidationError" and "does not exist" in str(exc):
+            if exc.kind is ErrorKind.NOT_FOUND:
                 return None
             raise
         return [dict(r) for page in pages for r in page.get("StackResourceSummaries", [])]

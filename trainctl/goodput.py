@@ -17,7 +17,7 @@ from typing import Any
 
 from infra.spec.instances import INSTANCE_TYPES
 from infra.spec.operating import NODE_MTBF, OPERATING
-from training.journal import JOURNAL_FILE, Event
+from training.journal import JOURNAL_FILE, Event, summarize
 
 CAUSES = (
     "productive",
@@ -205,7 +205,7 @@ def nvrx_ledger(
     activity = [e["time"] for e in last if e["event"] in (Event.STEP, Event.SAVE)]
     if activity:
         intervals.append(Interval("finalize", max(activity), t_end))
-    stalls = [e["stall_s"] for e in events if e["event"] == Event.SAVE]
+    stalls = [s["stall_s"] for s in summarize(events)["saves"]]
     world_size = len({e["rank"] for e in starts})
     return intervals, t0, t_end, len(steps_all), steps_lost, stalls, world_size
 

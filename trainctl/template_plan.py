@@ -19,6 +19,7 @@ after (the current synth), compared with CloudFormation's rules.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -38,6 +39,14 @@ STATEFUL_TYPES: Mapping[str, str] = {
 STATEFUL_KINDS = ("PersistentVolume", "PersistentVolumeClaim")
 KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
 _NAME_PROPERTIES = ("Name", "NodegroupName", "GroupName", "ClusterName", "AlarmName", "LaunchTemplateName")
+_ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def masked(template: Mapping[str, Any]) -> dict[str, Any]:
+    """The template with its asset hashes masked, as the snapshot test stores it (tests/infra/test_stability.py):
+    they change with every aws-cdk-lib release; the rest of a template must not."""
+    out: dict[str, Any] = json.loads(_ASSET_HASH.sub("<asset-hash>", json.dumps(template, sort_keys=True)))
+    return out
 
 
 @cache

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from training import emf
+from training.deadline import EXIT_CODES as DEADLINE_EXIT_CODES
 from training.fabric_analyzer import FabricReport, Verdict, analyze_paths
 from training.fabric_gate_config import Floor as Floor  # re-exported: the gate's callers name it here
 from training.fabric_gate_config import GateConfig as GateConfig
@@ -538,6 +539,19 @@ def write_pod_verdict(verdict: GateVerdict, exit_code: int, directory: Path | No
     return path
 
 
+def write_stop_verdict(exit_code: int, summary: str, directory: Path | None = None) -> Path:
+    """A Capacity Block deadline's verdict (training/deadline.py: stopped or refused) for the supervisor; a stopping
+    verdict already there (another rank's, or the gate's) stays."""
+    directory = directory or pod_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "verdict.json"
+    if not stops_the_pod(read_pod_verdict(path)):
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"outcome": "CAPACITY_DEADLINE", "summary": summary, "exit_code": exit_code}) + "\n")
+        os.replace(tmp, path)
+    return path
+
+
 def _write_verdict(path: Path, verdict: GateVerdict, exit_code: int) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # each rank writes its own, then one rename wins
     tmp.write_text(json.dumps({**verdict.to_json(), "exit_code": exit_code}, indent=2) + "\n")
@@ -545,8 +559,9 @@ def _write_verdict(path: Path, verdict: GateVerdict, exit_code: int) -> None:
 
 
 def stops_the_pod(verdict: Mapping[str, Any] | None) -> bool:
-    """A recorded verdict that stops the pod: the gate's RETRY or FAILED code."""
-    return verdict is not None and verdict.get("exit_code") in (EXIT_RETRY, EXIT_FAILED)
+    """A recorded verdict that stops the pod: the gate's RETRY or FAILED code, or a Capacity Block's deadline
+    (training/deadline.py: checkpointed and stopped, or refused to start)."""
+    return verdict is not None and verdict.get("exit_code") in (EXIT_RETRY, EXIT_FAILED, *DEADLINE_EXIT_CODES)
 
 
 def read_pod_verdict(path: Path) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from training import fabric_gate_config
+from training import deadline, fabric_gate_config
 from training.faults import FaultSpec, check_fault, default_marker, parse_fault
 from training.journal import JOURNAL_FILE
 from training.rehearsal import cpu_rehearsal
@@ -329,6 +329,7 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[Job, bool]:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        deadline.from_env()  # a Capacity Block's variables (k8s/capacity_deadline.py), checked with the flags
         return job_from_args(args), bool(args.check_args)
     except ValueError as exc:
         parser.error(str(exc))

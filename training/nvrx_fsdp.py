@@ -46,6 +46,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from transformers import AutoTokenizer, PreTrainedModel
 
 from training import checkpointing as ckpt
+from training import deadline as capacity
 from training import emf, fabric_gate
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.faults import FaultInjector, FaultKind, FaultSpec, check_rank
@@ -253,6 +254,8 @@ class Session:
         self.optimizer: torch.optim.Optimizer | None = None
         self.saver: ckpt.Saver | None = None
         self.ckpt_group: dist.ProcessGroup | None = None
+        # The Capacity Block clock's own gloo group: the async saver's threads run collectives on ckpt_group.
+        self.clock_group: dist.ProcessGroup | None = None
         self.source: BatchSource | None = None
         self.emf: emf.Emitter | None = None
         self.identity: emf.JobIdentity | None = None
@@ -298,9 +301,13 @@ class Session:
             log(f"restart detected: torchelastic restart {self.restart}, in-process iteration {self.iteration}")
         state, device = self._build(rank, world_size, journal)
         start = self._resume(state, rank, journal)
+        block = capacity.from_env()
+        if block is not None:
+            self.clock_group = dist.new_group(backend="gloo")
+            self._refuse_short_block(block, start)
         injector = FaultInjector(job.fault, marker=job.marker, rank=rank, on_fire=self._fault_logger(journal))
         self.heartbeats.start()
-        loss = self._train(state, device, start, injector, journal)
+        loss = self._train(state, device, start, injector, journal, block)
         saver = self._saver()
         saver.finalize()
         self.heartbeats.beat()
@@ -324,6 +331,42 @@ class Session:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(failed.exit_code)
+
+    def _block_clock(self, block: capacity.Deadline, step: int) -> float:
+        """Rank 0's clock before step `step + 1`, on every rank: all ranks decide alike and stop at the same step."""
+        now = torch.tensor([block.clock(step)], dtype=torch.float64)
+        dist.broadcast(now, src=0, group=self.clock_group)
+        return float(now.item())
+
+    def _refuse_short_block(self, block: capacity.Deadline, start: int) -> None:
+        job = self.job
+        why = block.refusal(self._block_clock(block, start), start=start, every=job.ckpt_every, last=job.steps)
+        if why is not None:
+            self._leave(capacity.EXIT_REFUSED, why)
+
+    def _stop_for_block(self, state: ckpt.TrainState, done: int, start: int) -> None:
+        """Saves step `done` (unless its checkpoint is already in flight or it is the resumed one), waits for the
+        commit on every rank, and ends the process with EXIT_STOPPED."""
+        saver = self._saver()
+        if done > start and not self.job.is_checkpoint_step(done):
+            saver.save(done, state)
+        saver.finalize()
+        dist.barrier(group=self.clock_group)
+        self._leave(
+            capacity.EXIT_STOPPED,
+            f"capacity block: checkpointed step {done} and stopped before the block's stop point; "
+            "resume it on the next capacity",
+        )
+
+    def _leave(self, code: int, summary: str) -> None:
+        """Ends the process with `code`, written first to the pod's verdict for its supervisor. os._exit, as the fabric
+        gate does: raised, the NVRx Wrapper would restart the training in-process."""
+        fabric_gate.write_stop_verdict(code, summary)
+        if dist.get_rank() == 0:
+            log(summary)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
     def _start_metrics(self, rank: int, world_size: int) -> None:
         """Rank 0 publishes EMF lines (training/emf.py): a restart now, throughput every --log-every steps."""
@@ -431,7 +474,13 @@ class Session:
         return on_fire
 
     def _train(
-        self, state: ckpt.TrainState, device: torch.device, start: int, injector: FaultInjector, journal: Journal
+        self,
+        state: ckpt.TrainState,
+        device: torch.device,
+        start: int,
+        injector: FaultInjector,
+        journal: Journal,
+        block: capacity.Deadline | None = None,
     ) -> float:
         """Steps start+1..job.steps; returns the last loss."""
         job, saver, source = self.job, self._saver(), self.source
@@ -445,6 +494,8 @@ class Session:
                 journal.event(Event.STAGED, step=record.step, wait_s=record.staged_wait_s)
 
         for step in range(start + 1, job.steps + 1):
+            if block is not None and block.must_stop(self._block_clock(block, step - 1)):
+                self._stop_for_block(state, step - 1, start)
             saver.poll()
             injector.before_step(step)
             began = time.perf_counter()
@@ -489,7 +540,7 @@ class Session:
 
     def _release(self) -> None:
         self.model = self.optimizer = self.saver = self.source = None
-        self.ckpt_group = None
+        self.ckpt_group = self.clock_group = None
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -503,7 +554,7 @@ class Session:
         with contextlib.suppress(Exception):
             self.heartbeats.stop()
         self.model = self.optimizer = self.saver = self.source = None
-        self.ckpt_group = None
+        self.ckpt_group = self.clock_group = None
         with contextlib.suppress(Exception):
             if dist.is_initialized():
                 dist.destroy_process_group()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import Enum
 from types import MappingProxyType
 
@@ -233,6 +234,11 @@ class CapacityKind(Enum):
 
 
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+# How long before a Capacity Block's end every job on it has checkpointed and stopped. EC2 User Guide, "Monitor
+# Capacity Blocks using EventBridge": forty minutes before the block ends EC2 sends the expiration warning, and the
+# instances in it "will begin to terminate in 10 minutes" (30 minutes before the end). Stopping at the warning leaves
+# the final checkpoint's write those 10 minutes before the first instance goes; a job loses at most this margin.
+CAPACITY_BLOCK_STOP_MARGIN = timedelta(minutes=40)
 # EC2 placement group names: up to 255 ASCII characters (CreatePlacementGroup, GroupName).
 _PLACEMENT_GROUP_NAME = re.compile(r"^[\x21-\x7e]{1,255}$")
 
@@ -247,13 +253,19 @@ class Capacity:
     in cluster placement groups"), so the launch template then sets
     `Placement.GroupName` to it. Plain ON_DEMAND groups get a cluster placement group of their own
     and refuse the field.
+
+    `end` is a CAPACITY_BLOCK's end, ISO 8601 with its UTC offset, as DescribeCapacityReservations gives it
+    (EndDate): jobs on the group checkpoint and stop CAPACITY_BLOCK_STOP_MARGIN before it (training/deadline.py).
+    `trainctl preflight` fails when it differs from the block's EndDate (an extended block moves it).
     """
 
     kind: CapacityKind = CapacityKind.ON_DEMAND
     reservation_id: str | None = None
     placement_group_name: str | None = None
+    end: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_end()
         if self.kind is CapacityKind.ON_DEMAND:
             if self.reservation_id is not None:
                 raise ConfigError(
@@ -284,6 +296,35 @@ class Capacity:
                 "the placement group's name, 1-255 printable ASCII characters without spaces",
                 "copy it from the reservation (describe-capacity-reservations, PlacementGroupArn)",
             )
+
+    def _check_end(self) -> None:
+        if self.end is None:
+            return
+        if self.kind is not CapacityKind.CAPACITY_BLOCK:
+            raise ConfigError(
+                "capacity.end",
+                self.end,
+                "none for a group that is not on a Capacity Block (only a block ends)",
+                "remove capacity.end, or set kind=CapacityKind.CAPACITY_BLOCK",
+            )
+        if self.end_time is None:
+            raise ConfigError(
+                "capacity.end",
+                self.end,
+                "an ISO 8601 time with its UTC offset, e.g. 2026-12-10T11:30:00+00:00",
+                "copy the block's EndDate (aws ec2 describe-capacity-reservations)",
+            )
+
+    @property
+    def end_time(self) -> datetime | None:
+        """`end` as an aware datetime; None when unset or not an ISO time with an offset."""
+        if self.end is None:
+            return None
+        try:
+            end = datetime.fromisoformat(self.end)
+        except ValueError:
+            return None
+        return end if end.utcoffset() is not None else None
 
     @property
     def brings_own_placement(self) -> bool:

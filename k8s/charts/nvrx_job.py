@@ -20,6 +20,7 @@ from infra.spec.images import built_image_name, refuse_start_install
 from infra.spec.namespaces import TRAINING
 from infra.spec.network_policies import gang
 from infra.spec.scheduling import gpu_group_selector, gpu_toleration
+from k8s.capacity_deadline import deadline_env, deadline_rules, on_block
 from k8s.charts.network_policies import add_policies
 from k8s.fabric_gate_spec import EXIT_FAILED, EXIT_RETRY, TOKEN_ACK, gate_env, gate_flags, gate_pod
 from k8s.images import ImageLock
@@ -145,6 +146,7 @@ class NvrxJobChart(cdk8s.Chart):
             launcher_argv=launcher,
             training_argv=self.training_argv,
             preconditions=precondition_script(checks, shared),
+            supervised=job.fabric_gate or on_block(group),
         )
         headless_service(self, job.name, job.ports)
         self.spec = self._job_spec(environment, group, job, lock.pinned(image))
@@ -172,6 +174,7 @@ class NvrxJobChart(cdk8s.Chart):
             {"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"},
             job_uid_env(),
             *(gate_env() if job.fabric_gate else []),
+            *deadline_env(group, job_name=job.name, step_seconds=job.step_seconds),
         ]
         # NVRx checkpoints only on the claim every pod mounts: refused where the environment has none.
         checkpoints = checkpoint_claim(environment, workload=f"NVRx job {job.name}", pods=self.pods)
@@ -222,6 +225,7 @@ class NvrxJobChart(cdk8s.Chart):
                     # Node drain, preemption, eviction: replace the pod without counting a failure.
                     {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                     *(self._gate_rules() if job.fabric_gate else []),
+                    *deadline_rules(group, "trainer"),
                 ]
             },
             "activeDeadlineSeconds": job.active_deadline_seconds,

@@ -159,6 +159,13 @@ def finetune_entrypoint(job: RayFinetuneJob, workers: int, gate: list[str] | Non
     )
 
 
+def job_gated(environment: Environment, job: RayFinetuneJob) -> bool:
+    """Whether the RayJob's workers run the fabric gate (and so need its identity, k8s/charts/fabric_gate.py)."""
+    # The gate proves the fabric between nodes: a one-node cluster has none to prove (GpuNodeGroupConfig.gated,
+    # whose max_size also holds the spare the gang is re-placed onto).
+    return job.fabric_gate and gpu_group(environment, job.gpu_group).gated
+
+
 class RayJobChart(cdk8s.Chart):
     """The fine-tune as a RayJob with its own cluster on one GPU node group, torn down after."""
 
@@ -180,9 +187,7 @@ class RayJobChart(cdk8s.Chart):
         # Refuses an environment without the shared claim (the workers, driver and controller among them, must see one
         # storage path).
         checkpoint_claim(environment, workload=f"RayJob {job.name}", pods=group.workload_nodes)
-        # The gate proves the fabric between nodes: a one-node cluster has none to prove (GpuNodeGroupConfig.gated,
-        # whose max_size also holds the spare the gang is re-placed onto).
-        gated = job.fabric_gate and group.gated
+        gated = job_gated(environment, job)
         gate = None
         if gated:
             flags = gate_flags(

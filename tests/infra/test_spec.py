@@ -403,3 +403,24 @@ def test_addon_pod_table_rows_are_whole_records() -> None:
     ]
     coredns = next(p for p in ADDON_PODS if p.name == "coredns")
     assert (coredns.kind, coredns.replicas, coredns.cpu_millis, coredns.memory_mib) == ("Deployment", 2, 100, 70)
+
+
+@pytest.mark.parametrize(
+    ("kind", "end", "says"),
+    [
+        (CapacityKind.RESERVATION, "2026-12-10T11:30:00+00:00", "only a block ends"),
+        (CapacityKind.CAPACITY_BLOCK, "2026-12-10T11:30:00", "UTC offset"),
+        (CapacityKind.CAPACITY_BLOCK, "next tuesday", "UTC offset"),
+    ],
+)
+def test_capacity_end_is_a_blocks_aware_time(kind: CapacityKind, end: str, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Capacity(kind=kind, reservation_id="cr-0123456789abcdef0", end=end)
+    assert "capacity.end" in str(err.value)
+    assert says in str(err.value)
+
+
+def test_capacity_block_end_is_read_as_utc() -> None:
+    block = Capacity(kind=CapacityKind.CAPACITY_BLOCK, reservation_id="cr-0123456789abcdef0", end="2026-12-10T11:30Z")
+    assert block.end_time is not None
+    assert block.end_time.isoformat() == "2026-12-10T11:30:00+00:00"

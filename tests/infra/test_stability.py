@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from app import create_app
 from infra.spec import ENVIRONMENTS
 from infra.spec.replacement_names import gpu_nodegroup_name, system_nodegroup_name
 from tests.conftest import cdk_json_context
+from trainctl.template_plan import masked
 
 # Renaming any of these, or moving it to another stack, replaces the resource on the next deploy:
 # the VPC and everything in it, the cluster, or the key that encrypts its secrets. Per stack id.
@@ -49,8 +48,6 @@ STACKS = {
         "Gpu-g6": "ml-prod-gpu-g6",
     },
 }
-
-_ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 def test_stacks_per_environment(assembly: dict[str, Any], env_name: str) -> None:
@@ -99,12 +96,6 @@ def test_gpu_node_groups_are_only_in_their_own_stacks(
             assert names == set()
 
 
-def _masked(template_json: dict[str, Any]) -> dict[str, Any]:
-    """Asset hashes change with every aws-cdk-lib release; the rest of the template must not."""
-    masked: dict[str, Any] = json.loads(_ASSET_HASH.sub("<asset-hash>", json.dumps(template_json, sort_keys=True)))
-    return masked
-
-
 @pytest.fixture
 def snapshot_json(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     return snapshot.use_extension(JSONSnapshotExtension)
@@ -113,7 +104,7 @@ def snapshot_json(snapshot: SnapshotAssertion) -> SnapshotAssertion:
 def test_template_snapshot(
     stack_templates: dict[str, dict[str, Any]], env_name: str, snapshot_json: SnapshotAssertion
 ) -> None:
-    assert {name: _masked(t) for name, t in stack_templates[env_name].items()} == snapshot_json
+    assert {name: masked(t) for name, t in stack_templates[env_name].items()} == snapshot_json
 
 
 def test_synthesis_is_deterministic(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> None:

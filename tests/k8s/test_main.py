@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from infra.spec import ENVIRONMENTS
 from k8s.check_lock import check_lock, placeholder_digest
-from k8s.images import DIGEST, LOCK_PATH, ImageLock, UnpinnedImagesError
-from k8s.main import synth_all
+from k8s.images import DIGEST, LOCK_PATH, ImageLock
+from k8s.main import main, synth_all
 from rehearse.manifests import yaml_documents
 from tests.conftest import ROOT
 
@@ -68,28 +68,101 @@ def test_synth_is_deterministic(tmp_path: Path) -> None:
             assert (tmp_path / "a" / env / name).read_bytes() == (tmp_path / "b" / env / name).read_bytes()
 
 
-def test_unpinned_lock_writes_what_it_can_then_fails(tmp_path: Path) -> None:
-    with pytest.raises(UnpinnedImagesError) as err:
-        synth_all(tmp_path, ImageLock.load())
-    assert "ray-train" in str(err.value)
+def _lock_without(tmp_path: Path, *names: str) -> Path:
+    """The check lock (every image pinned) with `names` unpinned again, written where IMAGE_LOCK can name it."""
+    lock = check_lock(ImageLock.load())
+    for name in names:
+        lock = lock.with_image(replace(lock.get(name), digest=None))
+    path = tmp_path / "images.lock.json"
+    lock.write(path)
+    return path
+
+
+def _main(
+    lock: Path, out: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    monkeypatch.setenv("IMAGE_LOCK", str(lock))
+    code = main(["--output", str(out)])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("unpinned", "written", "not_written"),
+    [
+        # Without the Ray image: every Ray chart and fabric job; the gate and the NVRx job are written.
+        (
+            "ray-train",
+            {"namespaces.k8s.yaml", "training-code.k8s.yaml", "nvrx-fsdp.k8s.yaml"},
+            ["ray-cluster", "ray-finetune", "fabric-check", "fabric-ab"],
+        ),
+        # Without the controller: the gate, and the gated workloads that need its identity.
+        (
+            "fabric-gate-controller",
+            EXPECTED_FILES - {"ray-finetune.k8s.yaml", "nvrx-fsdp.k8s.yaml"},
+            ["fabric-gate (in namespaces.k8s.yaml)", "ray-finetune", "nvrx-fsdp"],
+        ),
+    ],
+)
+def test_main_writes_every_chart_whose_images_are_pinned_and_lists_the_rest(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    unpinned: str,
+    written: set[str],
+    not_written: list[str],
+) -> None:
+    lock = _lock_without(tmp_path, unpinned)
+    reference = ImageLock.load(lock).get(unpinned).reference
+    code, err = _main(lock, tmp_path / "dist", monkeypatch, capsys)
+    assert code == 1
+    fix = f"`trainctl pin` (no registry reachable: `trainctl pin --set {unpinned}={reference}@sha256:<digest>`)"
+    charts = ", ".join(f"{env}/{chart}" for env in ENVIRONMENTS for chart in not_written)
+    # One entry per missing image: what, the fix, and every chart it holds back.
+    assert err.splitlines()[:2] == [f"image {unpinned} has no digest: {fix}", f"  not written: {charts}"]
     for env in ENVIRONMENTS:
-        assert set(_kinds(tmp_path / env)) == {"namespaces.k8s.yaml", "training-code.k8s.yaml"}
+        assert set(_kinds(tmp_path / "dist" / env)) == written
+    if unpinned == "fabric-gate-controller":
+        assert "Deployment" not in _kinds(tmp_path / "dist" / "dev")["namespaces.k8s.yaml"]
 
 
-def test_module_entry_fails_loudly_with_both_remedies(tmp_path: Path) -> None:
+def test_main_with_every_image_pinned_writes_what_synth_all_writes(
+    tmp_path: Path, dist: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "dist"
+    (out / "dev").mkdir(parents=True)
+    (out / "dev" / "stale.k8s.yaml").write_text("kind: Left\n")  # from an earlier run: removed
+    code, err = _main(_lock_without(tmp_path), out, monkeypatch, capsys)
+    assert (code, err) == (0, "")
+    for env in ENVIRONMENTS:
+        assert {p.name: p.read_bytes() for p in (out / env).iterdir()} == {
+            p.name: p.read_bytes() for p in (dist / env).iterdir()
+        }
+
+
+def test_module_entry_on_a_fresh_lock_lists_every_fix_without_a_traceback(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "k8s.main"],
+        [sys.executable, "-m", "k8s.main", "--output", str(tmp_path)],
         cwd=ROOT,
-        env={**os.environ, "CDK8S_OUTDIR": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 1
-    assert "workload manifests not written" in result.stderr
-    assert "ray-train: public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0 has no digest" in result.stderr
-    assert "`trainctl pin`" in result.stderr
-    assert "--set NAME=REF@sha256:<digest>" in result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    ray = lines.index(
+        "image ray-train has no digest: `trainctl pin` (no registry reachable: `trainctl pin --set "
+        "ray-train=public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0@sha256:<digest>`)"
+    )
+    assert lines[ray + 1].startswith("  not written: dev/ray-cluster, dev/ray-finetune, dev/fabric-check, ")
+    assert (
+        "image nvrx-train-prod is not built yet: `cdk deploy 'prod/Images'`, then "
+        "`trainctl pin --built prod --account ACCOUNT`"
+    ) in result.stderr
+    assert len([line for line in lines if line.startswith("  not written: ")]) == 4, "one entry per missing image"
+    assert f"  - {tmp_path}/dev/namespaces.k8s.yaml" in result.stdout.splitlines()
+    for env in ENVIRONMENTS:
+        assert set(_kinds(tmp_path / env)) == {"namespaces.k8s.yaml", "training-code.k8s.yaml"}
 
 
 def test_check_lock_fills_only_missing_digests_with_placeholders() -> None:

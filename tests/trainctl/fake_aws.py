@@ -13,8 +13,12 @@ included) and DescribeInstances for what a test creates. It does not have:
 - eks:DescribeClusterVersions and eks:DescribeAddonVersions: `FakeEks`, REST-JSON; it also answers
   eks:DescribeCluster and eks:DescribeNodegroup for what a test gives it (the tests' EKS endpoint
   is this stub).
-- cloudformation:ListStackResources of stacks holding an EKS cluster or an FSx file system (moto's
-  CloudFormation does not create those types): `FakeCloudFormation`, query/XML.
+- cloudformation:ListStackResources, DescribeStacks and GetTemplate of stacks holding an EKS cluster or an
+  FSx file system: `FakeCloudFormation`, query/XML. moto 5.2.5's CreateStack answers 500 on this app's
+  templates (Fn::GetAtt of an EKS cluster attribute: its parser finds no model for AWS::EKS::Cluster,
+  `'NoneType' object has no attribute 'has_cfn_attr'`), so moto cannot hold a deployed Platform stack. For a
+  stack that does not exist moto answers as the stub does (ValidationError "Stack with id X does not exist"), but
+  its first CloudFormation call takes 1.8 s (loading its backend; measured on this machine), the stub's milliseconds.
 
 Each stub is a stdlib ThreadingHTTPServer on 127.0.0.1, port 0, in a thread; `calls` records
 the actions it answered, so a test can tell that a request really reached it.
@@ -415,25 +419,56 @@ def stack_resource(
 
 
 class FakeCloudFormation(LoopbackStub):
-    """`stacks`: stack name -> its StackResourceSummaries; any other name is ValidationError "does not exist",
-    as CloudFormation answers for a stack that was never created or was deleted."""
+    """`stacks`: stack name -> its StackResourceSummaries; `templates`: stack name -> the template it holds
+    (DescribeStacks, GetTemplate); `statuses`: stack name -> its StackStatus (default UPDATE_COMPLETE); any
+    other name is ValidationError "does not exist", as CloudFormation answers for a stack that was never
+    created or was deleted. `denied`: every call is AccessDenied."""
 
-    def __init__(self, stacks: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    def __init__(
+        self,
+        stacks: Mapping[str, Sequence[Mapping[str, Any]]],
+        *,
+        templates: Mapping[str, Mapping[str, Any]] | None = None,
+        statuses: Mapping[str, str] | None = None,
+        denied: bool = False,
+    ) -> None:
         super().__init__()
         self.stacks = {name: list(resources) for name, resources in stacks.items()}
+        self.templates = dict(templates or {})
+        self.statuses = dict(statuses or {})
+        self.denied = denied
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
         action = form.get("Action", "")
         assert method == "POST", (method, path)
-        assert action == "ListStackResources", action
+        assert action in ("ListStackResources", "DescribeStacks", "GetTemplate"), action
         stack = form["StackName"]
         self.calls.append(f"{action} {stack}")
-        if stack not in self.stacks:
+        if self.denied:
+            return self._error(
+                "AccessDenied", f"User: arn:aws:iam::123456789012:user/t is not authorized to perform: {action}"
+            )
+        known = self.stacks if action == "ListStackResources" else self.templates
+        if stack not in known:
             return self._error("ValidationError", f"Stack with id {stack} does not exist")
+        if action == "ListStackResources":
+            result: dict[str, Any] = {"StackResourceSummaries": self.stacks[stack]}
+        elif action == "DescribeStacks":
+            described = {
+                "StackName": stack,
+                "StackId": f"arn:aws:cloudformation:us-west-2:123456789012:stack/{stack}/0000-aa",
+                "CreationTime": datetime(2026, 1, 5),
+                "StackStatus": self.statuses.get(stack, "UPDATE_COMPLETE"),
+            }
+            result = {"Stacks": [described]}
+        else:
+            assert form.get("TemplateStage") == "Original", form
+            body_text = json.dumps(self.templates[stack])
+            result = {"TemplateBody": body_text, "StagesAvailable": ["Original", "Processed"]}
         shape = _CLOUDFORMATION.operation_model(action).output_shape
         root = ElementTree.Element(f"{action}Response", xmlns=CLOUDFORMATION_NAMESPACE)
-        root.append(_query_xml(shape, {"StackResourceSummaries": self.stacks[stack]}, f"{action}Result"))
+        root.append(_query_xml(shape, result, f"{action}Result"))
         metadata = ElementTree.SubElement(root, "ResponseMetadata")
         ElementTree.SubElement(metadata, "RequestId").text = "00000000-0000-4000-8000-000000000002"
         return 200, {"Content-Type": "text/xml"}, ElementTree.tostring(root)

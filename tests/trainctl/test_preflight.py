@@ -220,8 +220,9 @@ def gpu_group(
     max_size: int = 8,
     kind: CapacityKind = CapacityKind.ON_DEMAND,
     efa_interfaces: int | None = None,
+    end: str | None = None,
 ) -> GpuNodeGroupConfig:
-    capacity = Capacity(kind=kind, reservation_id=None if kind is CapacityKind.ON_DEMAND else RESERVATION)
+    capacity = Capacity(kind=kind, reservation_id=None if kind is CapacityKind.ON_DEMAND else RESERVATION, end=end)
     return GpuNodeGroupConfig(
         name=name,
         instance_type=instance_type,
@@ -576,6 +577,21 @@ def test_capacity_block_state(
     assert row.status is status
     assert row.reason.startswith(reason), row.reason
     assert (row.fix is None) == (status is Status.PASS)
+
+
+@pytest.mark.parametrize(
+    ("end", "status"),
+    [(END.isoformat(), Status.PASS), ("2026-12-27T11:30:00+00:00", Status.FAIL)],
+    ids=["same", "moved"],
+)
+def test_capacity_block_end_is_its_end_date(
+    end: str, status: Status, moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks
+) -> None:
+    env = with_groups(PROD, gpu_group(kind=CapacityKind.CAPACITY_BLOCK, end=end))
+    with started(Ec2Front(moto.url, reservations={RESERVATION: reservation()})) as front:
+        row = only(checks(env, aws("us-east-2", front.url, eks, quotas)), Check.CAPACITY)
+    assert row.status is status, row.reason
+    assert ("capacity.end says 2026-12-27T11:30:00+00:00" in row.reason) == (status is Status.FAIL)
 
 
 def test_missing_reservation_fails(moto: MotoServer, quotas: FakeServiceQuotas, eks: FakeEks) -> None:

@@ -5,6 +5,7 @@ matches type, zone and count; one made in a cluster placement group is launched 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from infra.spec import Environment, GpuNodeGroupConfig
@@ -81,6 +82,9 @@ def evaluate_capacity(
         problems.insert(0, f"it is {state}")
     end = reservation.get("EndDate")
     until = f" until {date_text(end)}" if end is not None else ""
+    end_problem = block_end_problem(capacity.end_time, end)
+    if end_problem is not None:
+        problems.append(end_problem)
     if problems:
         return CheckResult(
             Check.CAPACITY,
@@ -118,6 +122,18 @@ def evaluate_capacity(
         Status.PASS,
         f"{label} {rid} active{until}: {count} x {group.instance_type} in {zone} (needs {nodes_needed})",
     )
+
+
+def block_end_problem(declared: datetime | None, end_date: object) -> str | None:
+    """capacity.end against the block's EndDate: jobs on the group stop CAPACITY_BLOCK_STOP_MARGIN before the declared
+    end (training/deadline.py), so a later EndDate (an extended block) wastes the time between, an earlier one loses
+    work when EC2 terminates the instances. Unset: nothing to compare (the NVRx chart refuses a job on the group)."""
+    if declared is None or not isinstance(end_date, datetime):
+        return None
+    actual = end_date if end_date.tzinfo is not None else end_date.replace(tzinfo=declared.tzinfo)
+    if actual == declared:
+        return None
+    return f"it ends {actual.isoformat()}, capacity.end says {declared.isoformat()} (set capacity.end to its EndDate)"
 
 
 def placement_group_of(reservation: Mapping[str, Any]) -> str | None:

@@ -89,21 +89,28 @@ class CheckResult:
         }
 
 
-def could_not_run(check: Check, subject: str, error: AwsError, region: str) -> CheckResult:
+def aws_fix(error: AwsError, region: str, *, actions: str | None = None) -> str:
+    """What the operator does about a failed AWS call; `actions`: the IAM actions to allow when access is denied
+    (default: the call's own)."""
     fixes = {
         ErrorKind.NO_CREDENTIALS: "configure credentials (aws configure, aws sso login, AWS_PROFILE or --profile) "
         "and run again",
         ErrorKind.INVALID_CREDENTIALS: "refresh the credentials (an expired session?) and run again",
         ErrorKind.UNREACHABLE: f"check network access to the AWS endpoints of {region} (proxy, VPN, region name)",
-        ErrorKind.ACCESS_DENIED: f"allow {error.api} (read-only) for the caller, or run as a role that has it",
+        ErrorKind.ACCESS_DENIED: f"allow {actions or error.api} (read-only) for the caller, or run as a role that "
+        "has it",
         ErrorKind.UNSUPPORTED: "upgrade boto3 and botocore; the installed version lacks this API",
     }
+    return fixes.get(error.kind, "run again; if it persists, look the error code up")
+
+
+def could_not_run(check: Check, subject: str, error: AwsError, region: str) -> CheckResult:
     return CheckResult(
         check,
         subject,
         Status.NOT_RUN,
         f"could not run: {error.api}: {error}",
-        fixes.get(error.kind, "run again; if it persists, look the error code up"),
+        aws_fix(error, region),
         error.kind.value,
     )
 

@@ -1,0 +1,48 @@
+"""A Capacity Block's deadline on the NVRx job's pods: the block's end, the stop margin and the job's measured step
+time as the trainer reads them (training/deadline.py), and the podFailurePolicy rule that fails the Job on the
+trainer's deadline codes instead of retrying it on a block that has ended. Nothing for a group not on a block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.spec import GpuNodeGroupConfig
+from infra.spec.environments import CAPACITY_BLOCK_STOP_MARGIN, CapacityKind
+from k8s.ray_spec import WorkloadError
+from training.deadline import DEADLINE_ENV, EXIT_CODES, MARGIN_ENV, STEP_SECONDS_ENV
+
+
+def on_block(group: GpuNodeGroupConfig) -> bool:
+    return group.capacity.kind is CapacityKind.CAPACITY_BLOCK
+
+
+def deadline_env(group: GpuNodeGroupConfig, *, job_name: str, step_seconds: float | None) -> list[dict[str, Any]]:
+    """The trainer's deadline variables; refuses a job on a block whose end or step time is unknown: it could not stop
+    before the block's instances are terminated, and Kueue admits it however little of the block is left."""
+    if not on_block(group):
+        return []
+    if group.capacity.end is None:
+        raise WorkloadError(
+            f"nvrx job {job_name!r} runs on Capacity Block group {group.name!r}, whose capacity.end is not set; set it "
+            "to the block's EndDate (aws ec2 describe-capacity-reservations) in infra/spec/environments.py"
+        )
+    if step_seconds is None:
+        raise WorkloadError(
+            f"nvrx.step_seconds is not set for job {job_name!r} on Capacity Block group {group.name!r}: the job "
+            "stops one step before the block's stop point and needs the measured step time (trainctl goodput "
+            "prints it); set NvrxFsdpJob(step_seconds=...)"
+        )
+    return [
+        {"name": DEADLINE_ENV, "value": group.capacity.end},
+        {"name": MARGIN_ENV, "value": str(int(CAPACITY_BLOCK_STOP_MARGIN.total_seconds()))},
+        {"name": STEP_SECONDS_ENV, "value": f"{step_seconds:g}"},
+    ]
+
+
+def deadline_rules(group: GpuNodeGroupConfig, container: str) -> list[dict[str, Any]]:
+    """FailJob on the trainer's deadline codes: stopped before the block's end (a checkpoint saved) or refused to
+    start; a retry would land on the same ending block."""
+    if not on_block(group):
+        return []
+    values = list(EXIT_CODES)
+    return [{"action": "FailJob", "onExitCodes": {"containerName": container, "operator": "In", "values": values}}]
