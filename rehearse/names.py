@@ -1,9 +1,10 @@
 """Whether an object's name is one the API server accepts (and, for KubeRay's kinds, the KubeRay operator), per
 kind, as `kubectl apply` meets them: metadata.name, metadata.generateName (a prefix) and metadata.namespace.
 
-Kubernetes 1.36:
+Kubernetes 1.36 (read in kubernetes/kubernetes at recent commits; the v1.36 tag itself was not fetched):
 - staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go: IsDNS1123Subdomain (253 characters),
-  IsDNS1123Label and IsDNS1035Label (63), MaxLenError and RegexError, whose messages are worded here as there.
+  IsDNS1123Label and IsDNS1035Label (63); their messages are kept, less the "(e.g. ..., regex used for
+  validation is ...)" tail RegexError appends.
 - staging/src/k8s.io/apimachinery/pkg/api/validation/generic.go: NameIsDNSSubdomain, NameIsDNSLabel,
   NameIsDNS1035Label; a generateName prefix is checked after maskTrailingDash (a trailing "-" and the character
   before it become "a", upstream's own quirk, kept); ValidateNamespaceName is a DNS-1123 label, and
@@ -16,7 +17,8 @@ Kubernetes 1.36:
   (DNS-1123 subdomain); pkg/apis/apps/validation ValidateDeploymentName, pkg/apis/networking/validation
   ValidateNetworkPolicyName, pkg/apis/admissionregistration/validation (DNS-1123 subdomain);
   pkg/apis/rbac/validation ValidateRBACName (the path-segment rule only: "system:aggregate-to-view" is fine);
-  pkg/apis/policy/validation ValidatePodDisruptionBudget checks no name format (the path-segment rule only).
+  pkg/apis/policy/validation ValidatePodDisruptionBudget and, for core/v1, events.go ValidateEventCreate check no
+  name format (the path-segment rule only).
 - Job, pkg/apis/batch/validation/validation.go ValidateJob: a DNS-1123 subdomain; the name becomes its pods'
   `job-name` and `batch.kubernetes.io/job-name` label values (pkg/registry/batch/job/strategy.go), which
   ValidatePodTemplateSpec holds to 63 characters; an Indexed Job's "<name>-<completions-1>" must be a DNS-1123
@@ -27,8 +29,10 @@ Kubernetes 1.36:
 KubeRay v1.7.0 ray-operator/controllers/ray/utils/validation.go ValidateRayClusterMetadata and
 ValidateRayJobMetadata, with utils/constant.go: a RayCluster name at most 53 characters (63 - len("-serve-svc")),
 a RayJob's at most 47 (its cluster's name appends 6), both DNS-1035 labels. The API server accepts such a name
-(a CRD's rule is the subdomain); the operator, with no webhook deployed, marks the object failed
-(InvalidRayJobMetadata) and never creates its pods, so the rehearsal refuses it up front.
+(a CRD's rule is the subdomain) and the kuberay-operator chart v1.7.0 installs no webhook, so `kubectl apply`
+succeeds; then the operator creates no pods: raycluster_controller.go records an InvalidRayClusterMetadata
+Warning and returns, rayjob_controller.go sets JobDeploymentStatus ValidationFailed (InvalidRayJobMetadata).
+The rehearsal refuses such a name up front instead.
 """
 
 from __future__ import annotations
@@ -204,7 +208,7 @@ def _ray(kind: str, limit: int, function: str) -> tuple[Rule, ...]:
         _subdomain(kind, "custom resource: apiextensions-apiserver NameIsDNSSubdomain"),
         Rule(
             f"{kind} names are {_DNS1035_LABELS}, at most {limit} characters",
-            f"KubeRay v{KUBERAY_CHECKED} operator, which fails the object and creates no pods: "
+            f"KubeRay v{KUBERAY_CHECKED} operator, which creates no pods for it: "
             f"ray-operator/controllers/ray/utils/validation.go {function}",
             _kuberay(kind, limit),
             "dns1035",
@@ -243,6 +247,7 @@ _RULES: dict[str, tuple[Rule, ...]] = {
     "ClusterRole": (_path_segment("ClusterRole", _RBAC),),
     "ClusterRoleBinding": (_path_segment("ClusterRoleBinding", _RBAC),),
     "PodDisruptionBudget": (_path_segment("PodDisruptionBudget", "apiserver registry/rest/create.go BeforeCreate"),),
+    "Event": (_path_segment("Event", "core/v1 Events keep no name format: pkg/apis/core/validation/events.go"),),
     **{
         kind: (_subdomain(kind, source),)
         for kind, source in (

@@ -21,6 +21,7 @@ from infra.spec.versions import KUBERAY_VERSION, KUBERNETES_VERSION
 from rehearse import names
 from rehearse.admission import InputError, admit
 from rehearse.manifests import load
+from tests.helpers import kubernetes_objects
 from tests.rehearse.test_input import job, rehearse, write
 
 
@@ -146,3 +147,15 @@ def test_every_manifest_this_repo_emits_has_names_the_api_server_accepts(dist: P
     loaded = load([dist], recursive=True)
     assert len(loaded.objects) > 20
     assert [str(p) for p in names.bad_names(loaded.objects, loaded.sources)] == []
+
+
+def test_every_object_cdk_applies_has_names_the_api_server_accepts(resources: dict[str, Any]) -> None:
+    # The Platform stack's kubectl manifests (namespaces, RBAC, storage, admission policies), not only cdk8s's.
+    found = [
+        (o, f"{env} {logical_id}")
+        for env, t in resources.items()
+        for logical_id, objs in kubernetes_objects(t).items()
+        for o in objs
+    ]
+    assert len(found) > 10
+    assert [str(p) for p in names.bad_names([o for o, _ in found], [w for _, w in found])] == []
