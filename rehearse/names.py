@@ -90,8 +90,12 @@ CLUSTER_SCOPED = frozenset(
 )
 
 
+def _length(value: str) -> int:
+    return len(value.encode())  # Go's len(): bytes
+
+
 def _max_len(value: str, limit: int) -> list[str]:
-    return [f"must be no more than {limit} characters"] if len(value) > limit else []
+    return [f"must be no more than {limit} characters"] if _length(value) > limit else []
 
 
 def dns1123_subdomain(value: str) -> list[str]:
@@ -158,7 +162,7 @@ def _job(value: str, prefix: bool, obj: Mapping[str, Any]) -> list[str]:
     errors = dns1123_subdomain(_mask_trailing_dash(value) if prefix else value)
     if errors or prefix:  # a prefix's generated name is at most 63 (generate.go); the name is checked as generated
         return errors
-    if len(value) > LABEL_MAX:
+    if _length(value) > LABEL_MAX:
         return [f"must be no more than {LABEL_MAX} characters (it becomes the value of its pods' job-name label)"]
     spec = obj.get("spec") or {}
     completions = spec.get("completions")
@@ -173,7 +177,7 @@ def _kuberay(kind: str, limit: int) -> Check:
     def check(value: str, prefix: bool, obj: Mapping[str, Any]) -> list[str]:
         if prefix:  # KubeRay judges the name the API server generated
             return []
-        if len(value) > limit:
+        if _length(value) > limit:
             return [f"{kind} name should be no more than {limit} characters"]
         errors = dns1035_label(value)
         return [f"{kind} name should be a valid DNS1035 label: {'; '.join(errors)}"] if errors else []
