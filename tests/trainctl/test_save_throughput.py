@@ -24,7 +24,9 @@ def _journal(path: Path, *, with_bytes: bool = True) -> Path:
         events.append({"event": "save", "time": t, "step": step, "saver": "torch-async", "stall_s": 0.1, **ctx})
         extra = {"bytes": 18_524_571_648, "write_s": write_s} if with_bytes else {}
         t += 1.0
-        events.append({"event": "commit", "time": t, "step": step, "stall_s": 0.1, "commit_wait_s": 0.0, **extra, **ctx})
+        events.append(
+            {"event": "commit", "time": t, "step": step, "stall_s": 0.1, "commit_wait_s": 0.0, **extra, **ctx}
+        )
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
     return path
 
@@ -45,7 +47,8 @@ def test_the_cli_prints_it_and_without_env_the_figure_alone(tmp_path: Path, caps
     journal = _journal(tmp_path / "journal.jsonl")
     assert main(["goodput", str(journal), "--env", "dev"]) == 0
     out = capsys.readouterr().out
-    assert "save throughput: median 92.6 MB/s" in out and "117.2 MB/s" in out and "dev" in out
+    assert "save throughput: median 92.6 MB/s" in out
+    assert "dev's file system: 117.2 MB/s (SCRATCH_2, 1,200 GiB x 100 MB/s/TiB" in out
     assert main(["goodput", str(journal), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     (job,) = document["jobs"]
