@@ -116,7 +116,7 @@ def check_checkpoint_writes(environment: Environment, job: NvrxFsdpJob) -> None:
         f"nvrx job {job.name!r} cannot checkpoint in time in environment {environment.name!r}: its full state, "
         f"{write.state_bytes / 1e9:.1f} GB ({write.state_bytes // BYTES_PER_PARAMETER:,} parameters x "
         f"{BYTES_PER_PARAMETER} bytes: float32 weights and AdamW's two moments), written by {ranks} ranks at once "
-        f"({write.state_bytes / ranks / 1e9:.2f} GB each) at {write.write_mb_s:,.0f} MB/s ({describe(storage)}) "
+        f"({write.state_bytes / ranks / 1e9:.2f} GB each) at the file system's {describe(storage)} "
         f"takes {write.write_s:,.1f} s, more than {WRITE_FRACTION} of its {write.interval_s:,.1f} s interval "
         f"({write.every_steps} steps x {write.step_s:.4g} s; step time: {write.step_source}): it needs "
         f"{write.required_mb_s:,.0f} MB/s. Fix one of: " + "; ".join(_fixes(write))
