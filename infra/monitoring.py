@@ -27,8 +27,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra.spec import Environment, GpuNodeGroupConfig
-from infra.spec import throughput_baselines
+from infra.spec import Environment, GpuNodeGroupConfig, throughput_baselines
 from infra.spec.alarms import AlarmRule, GroupAlarms, group_alarm_rules
 
 
@@ -228,7 +227,14 @@ def _waiting_widget(environment: Environment, group: GpuNodeGroupConfig, *, y: i
         f"--env {environment.name} --group {group.name} --job JOB REPORT` (REPORT: the job's journal.jsonl or the "
         "Ray fine-tune's --output-json), then deploy."
     )
-    return {"type": "text", "x": x, "y": y, "width": 6, "height": 6, "properties": {"markdown": f"### {title}\n\n{text}"}}
+    return {
+        "type": "text",
+        "x": x,
+        "y": y,
+        "width": 6,
+        "height": 6,
+        "properties": {"markdown": f"### {title}\n\n{text}"},
+    }
 
 
 def dashboard_body(environment: Environment) -> dict[str, Any]:

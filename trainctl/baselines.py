@@ -259,4 +259,3 @@ def current_commit() -> str:
 
 def current_user() -> str:
     return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
-

@@ -16,9 +16,13 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from infra.monitoring import dashboard_body
-from infra.spec import ENVIRONMENTS, Capacity, CapacityKind, ConfigError, Environment, GpuNodeGroupConfig, Scaling
-from infra.spec import throughput_baselines
+from infra.spec import (
+    ENVIRONMENTS,
+    Capacity,
+    CapacityKind,
+    Environment,
+    throughput_baselines,
+)
 from infra.spec.namespaces import TRAINING_NAMESPACES
 from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context

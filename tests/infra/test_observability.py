@@ -12,7 +12,7 @@ import pytest
 
 from infra.addons.observability import ADDON, NAMESPACE, SERVICE_ACCOUNT, CloudWatchObservability, configuration
 from infra.cluster import control_plane_log_group_name
-from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError
+from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError, throughput_baselines
 from infra.spec.alarms import (
     Comparison,
     Missing,
@@ -23,7 +23,6 @@ from infra.spec.alarms import (
     group_alarm_rules,
     throughput_rule,
 )
-from infra.spec import throughput_baselines
 from infra.spec.metrics import CONTAINER_INSIGHTS, emf_log_group
 from infra.spec.operating import OPERATING
 from infra.spec.scheduling import GPU_TAINT_KEY

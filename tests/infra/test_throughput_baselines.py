@@ -69,7 +69,9 @@ def test_bad_content_is_refused_naming_the_field(
         tb.load()
 
 
-def test_a_measured_baseline_makes_the_groups_alarm_at_0_8_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_measured_baseline_makes_the_groups_alarm_at_0_8_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write(tmp_path, monkeypatch, RECORD)
     prod = ENVIRONMENTS["prod"]
     p5 = next(g for g in prod.gpu_node_groups if g.name == "p5")
@@ -85,7 +87,8 @@ def test_a_measured_baseline_makes_the_groups_alarm_at_0_8_of_it(tmp_path: Path,
     query = props["Metrics"][0]["Expression"]
     for where in ("JobName = 'nvrx-fsdp'", "InstanceType = 'p5.48xlarge'", "NodeCount = '2'"):
         assert where in query
-    assert "ft-run-7" in props["AlarmDescription"] and "0123abc" in props["AlarmDescription"]
+    assert "ft-run-7" in props["AlarmDescription"]
+    assert "0123abc" in props["AlarmDescription"]
     body = dashboard_body(prod)
     titles = [w["properties"].get("title", "") for w in body["widgets"]]
     assert "p5 (p5.48xlarge): tokens/s vs measured baseline" in titles
@@ -99,7 +102,9 @@ def test_without_a_baseline_no_alarm_and_the_dashboard_says_it_waits(
 ) -> None:
     write(tmp_path, monkeypatch)
     for environment in ENVIRONMENTS.values():
-        texts = "\n".join(w["properties"]["markdown"] for w in dashboard_body(environment)["widgets"] if w["type"] == "text")
+        texts = "\n".join(
+            w["properties"]["markdown"] for w in dashboard_body(environment)["widgets"] if w["type"] == "text"
+        )
         for group in environment.gpu_node_groups:
             assert rules_for(environment, group).throughput == ()
             assert f"{group.name} ({group.instance_type}): waiting for its first measured run" in texts
@@ -108,7 +113,11 @@ def test_without_a_baseline_no_alarm_and_the_dashboard_says_it_waits(
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"instance_type": "p5e.48xlarge"}, "instance_type"), ({"node_count": 4}, "node_count"), ({"group": "p6"}, "group")],
+    [
+        ({"instance_type": "p5e.48xlarge"}, "instance_type"),
+        ({"node_count": 4}, "node_count"),
+        ({"group": "p6"}, "group"),
+    ],
 )
 def test_a_record_that_no_longer_fits_its_group_stops_the_synth(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, Any], field: str

@@ -53,8 +53,21 @@ STEADY = [10.0] * 5 + [0.5] * 24 + [0.4] * 26
 
 def record(*extra: str, env: str = "prod", group: str = "p5", job: str = "nvrx-fsdp") -> int:
     return main(
-        ["baseline", "record", "--env", env, "--group", group, "--job", job, "--commit", "0123abc", "--by", "ops"]
-        + list(extra)
+        [
+            "baseline",
+            "record",
+            "--env",
+            env,
+            "--group",
+            group,
+            "--job",
+            job,
+            "--commit",
+            "0123abc",
+            "--by",
+            "ops",
+            *extra,
+        ]
     )
 
 
@@ -108,11 +121,14 @@ def test_a_run_that_cannot_be_a_baseline_is_refused_and_the_file_is_unchanged(
     report = journal(tmp_path, **{"seconds": STEADY, **change})
     assert record(str(report)) == 2
     err = capsys.readouterr().err
-    assert named in err and "Fix:" in err, err
+    assert named in err
+    assert "Fix:" in err
     assert baselines.read_text() == before
 
 
-def test_bad_input_is_refused_with_the_field(tmp_path: Path, baselines: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_refused_with_the_field(
+    tmp_path: Path, baselines: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = baselines.read_text()
     report = journal(tmp_path, seconds=STEADY)
     assert record(str(report), group="nope") == 2
