@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from infra.spec import throughput_baselines
+from trainctl import baselines as baselines_lib
 from trainctl.cli import main
+from training import emf
 
 TOKENS = 65536
 P5 = {"job_name": "nvrx-fsdp", "model": "Qwen/Qwen2.5-1.5B", "instance_type": "p5.48xlarge", "node_count": 2}
@@ -154,3 +156,10 @@ def test_reset_removes_and_a_second_record_needs_replace(
     assert ("dev", "g6") in {(w["environment"], w["group"]) for w in shown["waiting"]}
     assert main(["baseline", "reset", "--env", "prod", "--group", "p5", "--job", "nvrx-fsdp"]) == 0
     assert json.loads(baselines.read_text())["baselines"] == []
+
+
+def test_the_reader_reads_the_fields_the_jobs_write() -> None:
+    """The jobs write their identity with training/emf.py report_fields; trainctl/baselines.py reads those keys."""
+    identity = emf.JobIdentity(job_name="nvrx-fsdp", model="m", instance_type="p5.48xlarge", node_count=2)
+    assert tuple(identity.report_fields()) == baselines_lib.IDENTITY
+    assert identity.report_fields()["node_count"] == 2
