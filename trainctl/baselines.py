@@ -115,7 +115,13 @@ def measure(path: Path) -> Measurement:
         raise BaselineError("report", str(path), str(exc), "pass the job's journal.jsonl or --output-json") from None
     if not records:
         raise BaselineError("report", str(path), "the report is empty", "pass the report of a finished run")
-    return _nvrx(records, path) if kind == "nvrx" else _ray(records, path)
+    try:
+        return _nvrx(records, path) if kind == "nvrx" else _ray(records, path)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        if isinstance(exc, BaselineError):
+            raise
+        why = f"a record lacks or garbles a field ({type(exc).__name__}: {exc})"
+        raise BaselineError("report", str(path), why, "pass the report the job wrote, unedited") from None
 
 
 def group_of(env: str, group: str) -> tuple[Environment, GpuNodeGroupConfig]:

@@ -73,7 +73,7 @@ class MeasuredBaseline:
         run = f"run {self.source.run_id}" if self.source.run_id else "run"
         return (
             f"{run} finished {self.source.run_finished}, at commit {self.source.commit}, recorded by "
-            f"{self.source.recorded_by} {self.source.recorded_at} (infra/spec/throughput_baselines.json)"
+            f"{self.source.recorded_by} at {self.source.recorded_at} (infra/spec/throughput_baselines.json)"
         )
 
     def to_json(self) -> dict[str, Any]:

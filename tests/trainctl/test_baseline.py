@@ -163,3 +163,9 @@ def test_the_reader_reads_the_fields_the_jobs_write() -> None:
     identity = emf.JobIdentity(job_name="nvrx-fsdp", model="m", instance_type="p5.48xlarge", node_count=2)
     assert tuple(identity.report_fields()) == baselines_lib.IDENTITY
     assert identity.report_fields()["node_count"] == 2
+
+
+def test_a_garbled_report_is_refused(tmp_path: Path, baselines: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = journal(tmp_path, seconds=[0.0] * 60)
+    assert record(str(report)) == 2
+    assert "unedited" in capsys.readouterr().err

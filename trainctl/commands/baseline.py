@@ -53,6 +53,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     show.set_defaults(run=run_show)
 
 
+def _next_steps(env: str, group: str) -> str:
+    """The template changes with the file: its snapshot, the commit and the deploy that makes the alarm real."""
+    return (
+        "Update the template snapshots (python -m pytest tests/infra/test_stability.py --snapshot-update), commit "
+        f"them with infra/spec/{tb.BASELINES_FILE.name}, and deploy '{env}/Gpu-{group}' (the alarm) and "
+        f"'{env}/Platform' (the dashboard)."
+    )
+
+
 def _refused(exc: Exception) -> int:
     print(f"trainctl baseline: {exc}", file=sys.stderr)
     return ExitCode.ERROR
@@ -74,7 +83,7 @@ def run_record(args: argparse.Namespace) -> int:
     print(
         f"recorded {baseline.environment}/{baseline.group}/{baseline.job}: {baseline.tokens_per_s:.0f} tokens/s "
         f"(median of {baseline.steps} steps); alarm under {baseline.alarm_tokens_per_s:.0f} tokens/s.\n"
-        f"Commit {tb.BASELINES_FILE.name} and deploy the group's stack for the alarm to exist."
+        + _next_steps(baseline.environment, baseline.group)
     )
     return ExitCode.OK
 
@@ -86,7 +95,7 @@ def run_reset(args: argparse.Namespace) -> int:
         return _refused(exc)
     for baseline in gone:
         print(f"removed {'/'.join(baseline.key)} ({baseline.tokens_per_s:.0f} tokens/s)")
-    print(f"Commit {tb.BASELINES_FILE.name} and deploy: the group waits for its next measured run.")
+    print("The group waits for its next measured run. " + _next_steps(args.env, args.group))
     return ExitCode.OK
 
 
