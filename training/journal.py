@@ -31,7 +31,7 @@ class Event(StrEnum):
     STAGED = "staged"
     """The next optimizer step waited for that save's copy of the state to end (step, wait_s)."""
     COMMIT = "commit"
-    """A save became complete on storage (step, stall_s, commit_wait_s)."""
+    """A save became complete on storage (step, stall_s, commit_wait_s, and commit_fields: bytes, write_s)."""
     FAULT = "fault"
     """An injected fault fired (fault, step, completed_steps, last_committed, files)."""
     FINISHED = "finished"
@@ -61,6 +61,14 @@ class Journal:
             os.write(fd, (json.dumps(record) + "\n").encode())
         finally:
             os.close(fd)
+
+
+def commit_fields(directory: Path, *, started_at: float, committed_at: float) -> dict[str, Any]:
+    """A commit event's size and duration: the bytes of every file in the step's directory (all ranks' shards, on
+    the shared file system) and the seconds from the save's start to its commit. The commit is noticed at the next
+    step's poll, so bytes / write_s is at most the write's real throughput (trainctl goodput reports it)."""
+    size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+    return {"bytes": size, "write_s": committed_at - started_at}
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ from training import emf, fabric_gate
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.faults import FaultInjector, FaultKind, FaultSpec, check_rank
 from training.fsdp import load_model, shard_model
-from training.journal import Event, Journal, read_journal, summarize
+from training.journal import Event, Journal, commit_fields, read_journal, summarize
 from training.nvrx_config import (
     DeviceChoice,
     InprocessConfig,
@@ -422,8 +422,17 @@ class Session:
 
         def on_commit(record: ckpt.SaveRecord) -> None:
             if rank == 0:
+                assert record.committed_at is not None  # set by the commit
                 journal.event(
-                    Event.COMMIT, step=record.step, stall_s=record.stall_s, commit_wait_s=record.commit_wait_s
+                    Event.COMMIT,
+                    step=record.step,
+                    stall_s=record.stall_s,
+                    commit_wait_s=record.commit_wait_s,
+                    **commit_fields(
+                        ckpt.step_dir(job.ckpt_dir, record.step),
+                        started_at=record.started_at,
+                        committed_at=record.committed_at,
+                    ),
                 )
                 log(
                     f"checkpoint committed step {record.step} (stall {record.stall_s * 1e3:.1f} ms, commit wait "

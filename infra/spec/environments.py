@@ -9,6 +9,7 @@ capacity (reservation or Capacity Block) in your account.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -500,7 +501,14 @@ class LustreDeployment(Enum):
 
 # FSx for Lustre API rules (FSx Lustre user guide, "Storage capacity"): 1200 GiB, 2400 GiB,
 # then steps of 2400 GiB; PERSISTENT_2 throughput per TiB is one of these.
-_PERSISTENT_2_THROUGHPUT = (125, 250, 500, 1000)
+PERSISTENT_2_THROUGHPUT = (125, 250, 500, 1000)
+
+
+def lustre_size_at_least(gib: float) -> int:
+    """The smallest FSx for Lustre size (the rule above) of at least `gib`."""
+    if gib <= 1200:
+        return 1200
+    return 2400 * max(1, math.ceil(gib / 2400))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -524,11 +532,11 @@ class CheckpointStorageConfig:
                 "1200, 2400 or a multiple of 2400 GiB (the FSx for Lustre sizes)",
             )
         if self.deployment is LustreDeployment.PERSISTENT_2:
-            if self.throughput_per_tib not in _PERSISTENT_2_THROUGHPUT:
+            if self.throughput_per_tib not in PERSISTENT_2_THROUGHPUT:
                 raise ConfigError(
                     "add_ons.checkpoint_storage.throughput_per_tib",
                     self.throughput_per_tib,
-                    ", ".join(map(str, _PERSISTENT_2_THROUGHPUT)) + " MB/s/TiB for PERSISTENT_2",
+                    ", ".join(map(str, PERSISTENT_2_THROUGHPUT)) + " MB/s/TiB for PERSISTENT_2",
                 )
         elif self.throughput_per_tib is not None:
             raise ConfigError(
