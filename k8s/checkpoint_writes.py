@@ -3,16 +3,16 @@ WRITE_FRACTION of the job's checkpoint interval (infra/spec/checkpoint_throughpu
 naming the three fixes with numbers: more capacity, a higher throughput tier, a longer interval.
 
 The interval in seconds is every_steps x the step time, taken from the first of: the measured
-NvrxFsdpJob.step_seconds; the throughput baseline of infra/spec/baselines.py for the job's model, instance type and
-node count; the fastest step the job's GPUs could run (step_floor_s), so that a job is never let through on a guess.
+NvrxFsdpJob.step_seconds; the job's measured throughput baseline on its group (infra/spec/throughput_baselines.json,
+`trainctl baseline record`) at the job's node count; the fastest step the job's GPUs could run (step_floor_s), so
+that a job is never let through on a guess.
 
 The Ray fine-tune saves once, at its end (training/ray_finetune.py: rank 0's model state dict): no interval to fit.
 """
 
 from __future__ import annotations
 
-from infra.spec import Environment, GpuNodeGroupConfig
-from infra.spec.baselines import BASELINES
+from infra.spec import Environment, GpuNodeGroupConfig, throughput_baselines
 from infra.spec.checkpoint_throughput import (
     BYTES_PER_PARAMETER,
     MODEL_SIZES,
@@ -28,7 +28,9 @@ from k8s.nvrx_spec import NvrxFsdpJob
 from k8s.ray_spec import WorkloadError, gpu_group
 
 
-def step_time(job: NvrxFsdpJob, group: GpuNodeGroupConfig, nodes: int, parameters: int) -> tuple[float, str]:
+def step_time(
+    job: NvrxFsdpJob, environment: str, group: GpuNodeGroupConfig, nodes: int, parameters: int
+) -> tuple[float, str]:
     """(seconds per step, where the figure comes from)."""
     gpu = group.instance.gpu
     assert gpu is not None  # GPU groups are validated on construction
@@ -36,11 +38,16 @@ def step_time(job: NvrxFsdpJob, group: GpuNodeGroupConfig, nodes: int, parameter
     tokens = job.batch_size * job.seq_len * ranks
     if job.step_seconds is not None:
         return job.step_seconds, "measured (NvrxFsdpJob.step_seconds)"
-    baseline = BASELINES.get((job.model, group.instance_type, nodes))
-    if baseline is not None:
+    measured = [
+        b
+        for b in throughput_baselines.load()
+        if (b.environment, b.group, b.job, b.node_count) == (environment, group.name, job.name, nodes)
+    ]
+    if measured:
+        (baseline,) = measured
         return tokens / baseline.tokens_per_s, (
-            f"{tokens:,} tokens a step at the {baseline.tokens_per_s:,.0f} tokens/s of infra/spec/baselines.py "
-            f"({baseline.source})"
+            f"{tokens:,} tokens a step at the measured {baseline.tokens_per_s:,.0f} tokens/s of "
+            f"infra/spec/throughput_baselines.json ({baseline.cited()})"
         )
     floor = step_floor_s(parameters=parameters, tokens_per_step=tokens, gpus=ranks, bf16_tflops=gpu.bf16_dense_tflops)
     return floor, (
@@ -63,7 +70,7 @@ def checkpoint_write(environment: Environment, job: NvrxFsdpJob) -> CheckpointWr
             f"nvrx.model={job.model!r} has no parameter count in infra/spec/checkpoint_throughput.py MODEL_SIZES: "
             "add it with its source (the model card or config.json), so synth can size its checkpoint writes"
         )
-    step_s, source = step_time(job, group, nodes, size.parameters)
+    step_s, source = step_time(job, environment.name, group, nodes, size.parameters)
     return CheckpointWrite(
         state_bytes=size.parameters * BYTES_PER_PARAMETER,
         storage=storage,

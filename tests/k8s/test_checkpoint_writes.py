@@ -4,11 +4,13 @@ interval (k8s/checkpoint_writes.py), naming the three fixes with numbers; dev an
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import cdk8s
 import pytest
 
-from infra.spec import ENVIRONMENTS, CheckpointStorageConfig, Environment, LustreDeployment
+from infra.spec import ENVIRONMENTS, CheckpointStorageConfig, Environment, LustreDeployment, throughput_baselines
 from k8s.checkpoint_writes import check_checkpoint_writes, checkpoint_write
 from k8s.main import build
 from k8s.nvrx_spec import CheckpointPolicy, NvrxFsdpJob
@@ -23,15 +25,46 @@ def test_the_declared_environments_checkpoint_the_job_in_time(env: str) -> None:
     assert write.fits
 
 
-def test_dev_uses_the_baseline_step_time_and_prod_the_compute_floor() -> None:
+def test_without_a_measured_baseline_both_take_the_compute_floor() -> None:
     dev = checkpoint_write(ENVIRONMENTS["dev"], NvrxFsdpJob())
     prod = checkpoint_write(ENVIRONMENTS["prod"], NvrxFsdpJob())
     assert dev is not None
     assert prod is not None
-    # 2 x g6.12xlarge: 8 ranks x 4 x 2048 tokens at the seed baseline's 0.5173 x 32,768 tokens/s.
-    assert dev.step_s == pytest.approx(65_536 / (0.5173 * 32_768))
-    assert "infra/spec/baselines.py" in dev.step_source
+    assert "8 x NVIDIA L4" in dev.step_source
     assert "16 x NVIDIA H100" in prod.step_source
+
+
+def test_a_measured_baseline_of_the_job_on_its_group_gives_the_step_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = {
+        "environment": "dev",
+        "group": "g6",
+        "job": "nvrx-fsdp",
+        "tokens_per_s": 16384.0,
+        "steps": 1995,
+        "model": "Qwen/Qwen2.5-1.5B",
+        "instance_type": "g6.12xlarge",
+        "node_count": 2,
+        "source": {
+            "report": "journal.jsonl",
+            "run_id": "ft-run-7",
+            "run_finished": "2026-12-01T10:00:00Z",
+            "fabric_gate": "PASS",
+            "commit": "0123abc",
+            "recorded_by": "ops",
+            "recorded_at": "2026-12-01T11:00:00Z",
+        },
+    }
+    path = tmp_path / "throughput_baselines.json"
+    path.write_text(json.dumps({"baselines": [record]}))
+    monkeypatch.setattr(throughput_baselines, "BASELINES_FILE", path)
+    dev = checkpoint_write(ENVIRONMENTS["dev"], NvrxFsdpJob())
+    assert dev is not None
+    # 2 x g6.12xlarge: 8 ranks x 4 x 2048 tokens at the measured 16,384 tokens/s.
+    assert dev.step_s == pytest.approx(65_536 / 16_384)
+    assert "throughput_baselines.json" in dev.step_source
+    assert "ft-run-7" in dev.step_source
 
 
 def test_a_measured_step_time_wins() -> None:
