@@ -133,9 +133,10 @@ def test_summarize_measures_recovery_from_the_journal() -> None:
         {"event": "resumed", "time": 10.5, "step": 2, "ignored_incomplete": [4], **later},
     ]
     summary = summarize(events)
+    unchecked = {"verified": False, "verify_failed": None}  # a journal without read-back events
     assert summary["saves"] == [
-        {"step": 2, "saver": "sync", "stall_s": 0.5, "committed": True, **ctx},
-        {"step": 4, "saver": "sync", "stall_s": 0.25, "committed": False, **ctx},
+        {"step": 2, "saver": "sync", "stall_s": 0.5, "committed": True, **unchecked, **ctx},
+        {"step": 4, "saver": "sync", "stall_s": 0.25, "committed": False, **unchecked, **ctx},
     ]
     assert summary["save_stall_s"] == {"count": 2, "median": 0.375, "max": 0.5}
     (recovery,) = summary["recoveries"]
