@@ -318,6 +318,14 @@ class Session:
         loss = self._train(state, device, start, injector, journal, block)
         saver = self._saver()
         saver.finalize()
+        final = saver.records[-1] if saver.records else None
+        if final is not None and final.verdict is not None and not final.verdict.ok:
+            # Every rank holds the combined verdict: all raise, and the restart resumes from the newest published
+            # step and saves the final one again.
+            raise RuntimeError(
+                f"the final checkpoint (step {final.step}) failed verification ({final.verdict.reason}) and was not "
+                f"published; a restart resumes from step {saver.last_committed} and saves it again"
+            )
         self.heartbeats.beat()
         fingerprint, numel = param_fingerprint(state.model)
         saver.close()
