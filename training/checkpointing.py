@@ -43,6 +43,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
@@ -353,11 +354,19 @@ class _SaverBase:
         wait: Future[Any] | None = None,
     ) -> ckpt_verify.Verdict:
         """This rank's verdict on its part of the save (background thread, or inline for the sync saver): waits
-        for the write (re-raising its failure), records the manifest, reads every file back."""
+        for the write (a failed write is a failed verdict, so every rank still agrees on the outcome), records the
+        manifest, reads every file back."""
+        extra = dict(self._extra)  # this save's: the next save replaces it only after this one is settled
         if wait is not None:
-            wait.result()
+            try:
+                wait.result()
+            except (Exception, CheckpointException) as exc:  # DCP's exception derives from BaseException
+                # DCP's exception carries every failed rank's traceback: its last line names the error.
+                lines = str(exc).strip().splitlines() or [type(exc).__name__]
+                detail = f"rank {self.rank}: {lines[-1]}"
+                return ckpt_verify.Verdict(False, "write-failed", detail, 0, 0, 0.0)
         directory = step_dir(self.root, record.step)
-        expected = {**self._extra, **written()}
+        expected = {**extra, **written()}
         ckpt_verify.write_manifest(directory, self.rank, expected, source=source)
         if self.before_verify is not None:
             self.before_verify(record.step, directory)
@@ -376,7 +385,7 @@ class _SaverBase:
             if int(done.item()) == 0:
                 return None
         self._verifying = None
-        self._publish(record, future.result())  # re-raises a failed write: the save is then never published
+        self._publish(record, future.result())
         return record.step
 
     def _publish(self, record: SaveRecord, mine: ckpt_verify.Verdict) -> None:

@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -409,3 +410,32 @@ def test_every_published_save_was_verified_first(ckpt_group: dist.ProcessGroup, 
     assert marker is not None
     assert marker.verified
     assert ckpt_verify.verify_rank(ckpt.step_dir(tmp_path, 2), 0).ok, "the manifest stays for a later audit"
+
+
+@pytest.mark.timeout(60)
+def test_an_async_save_whose_write_fails_is_quarantined_not_raised(
+    ckpt_group: dist.ProcessGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full file system: every rank gets a failed verdict, so all agree, and training goes on to the next save."""
+    state = make_state()
+    failed: list[ckpt.SaveRecord] = []
+    saver = new_saver("torch-async", tmp_path, ckpt_group, on_verify_failed=failed.append)
+
+    def no_space(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(FileSystemWriter, "write_data", no_space)
+            saver.save(2, state)
+            assert saver.finalize() == 2
+        saver.save(4, state)
+        assert saver.finalize() == 4
+    finally:
+        saver.close()
+    (record,) = failed
+    assert record.verdict is not None
+    assert (record.step, record.verdict.reason) == (2, "write-failed")
+    assert record.verdict.detail == "rank 0: OSError: [Errno 28] No space left on device"
+    assert ckpt_verify.quarantined(tmp_path) == ["step_000000002.write-failed"]
+    assert ckpt.committed_steps(tmp_path) == [4]
