@@ -368,6 +368,15 @@ class Session:
             saver.save(done, state)
         saver.finalize()
         dist.barrier(group=self.clock_group)
+        final = saver.records[-1] if saver.records else None
+        if final is not None and final.step == done and final.verdict is not None and not final.verdict.ok:
+            # No time is left to save again: say what the next capacity resumes from.
+            self._leave(
+                capacity.EXIT_STOPPED,
+                f"capacity block: the checkpoint of step {done} failed verification ({final.verdict.reason}) and "
+                f"was not published; stopped before the block's stop point; the next capacity resumes from step "
+                f"{saver.last_committed}",
+            )
         self._leave(
             capacity.EXIT_STOPPED,
             f"capacity block: checkpointed step {done} and stopped before the block's stop point; "
