@@ -39,7 +39,7 @@ help:
 	@echo "make test-image   the training code's process-level tests on each image's Python and packages (make image-envs)"
 	@echo "make check   security and validation gates over cdk.out/ and the manifests (synthesizes first)"
 	@echo "make bench   synth and test-suite times; NVRx recovery times and checkpoint stall (medians, ratios)"
-	@echo "make docs    architecture pictures from infra/spec -> docs/architecture-<env>.dot and .png (Graphviz)"
+	@echo "make docs    architecture pictures from infra/spec -> docs/architecture-<env>.dot and .png (Graphviz), the rehearsal support table"
 	@echo "make clean   remove cdk.out/ and dist/ (keeps the toolchain)"
 
 # NVRx, the version the NVRx job's image carries (k8s/nvrx_spec.py NvrxFsdpJob.pip). From 0.6 on its only wheels are
@@ -193,8 +193,10 @@ bench: install
 	python scripts/bench_nvrx.py --png docs/nvrx-bench.png
 
 # The pictures' source (.dot) is tested against infra/spec (tests/test_architecture.py); the PNGs
-# are rendered from it by Graphviz, installed from the distribution when missing.
+# are rendered from it by Graphviz, installed from the distribution when missing. The rehearsal's support
+# table is written from rehearse/support.py (tests/rehearse/test_input.py holds the two equal).
 docs: $(STAMP_PY)
+	python -m rehearse.support --write docs/rehearsal-support.md
 	command -v dot >/dev/null || { apt-get update && apt-get install -y graphviz; }
 	python scripts/architecture.py --png
 

@@ -27,14 +27,23 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra.spec import Environment, GpuNodeGroupConfig
+from infra.spec import Environment, GpuNodeGroupConfig, throughput_baselines
 from infra.spec.alarms import AlarmRule, GroupAlarms, group_alarm_rules
 
 
 def rules_for(environment: Environment, group: GpuNodeGroupConfig) -> GroupAlarms:
-    """The group's alarm rules; synth refuses a group without a throughput baseline that does not say why."""
-    group.check_has_baseline()
-    return group_alarm_rules(cluster=environment.cluster.name, group=group.name, instance_type=group.instance_type)
+    """The group's alarm rules, with a throughput alarm per measured baseline (infra/spec/throughput_baselines.py);
+    a record that no longer fits the group (its instance type or node count changed) stops the synth."""
+    measured = throughput_baselines.for_group(
+        throughput_baselines.load(),
+        environment=environment.name,
+        group=group.name,
+        instance_type=group.instance_type,
+        node_count=group.workload_nodes,
+    )
+    return group_alarm_rules(
+        cluster=environment.cluster.name, group=group.name, instance_type=group.instance_type, baselines=measured
+    )
 
 
 KEY_GRANT_SID = "CloudWatchAlarmsPublish"
@@ -209,20 +218,31 @@ def _widget(
     }
 
 
-def _text_widget(title: str, text: str, *, y: int, x: int) -> dict[str, Any]:
+def _waiting_widget(environment: Environment, group: GpuNodeGroupConfig, *, y: int, x: int) -> dict[str, Any]:
+    """A group without a measured baseline has no throughput alarm: its row says so, and how to end the wait."""
+    title = f"{group.name} ({group.instance_type}): waiting for its first measured run"
+    text = (
+        "No throughput alarm for this group yet: its threshold comes from a measured run only. After the first "
+        f"fabric-gated run of a job on {group.workload_nodes} x {group.instance_type}: `trainctl baseline record "
+        f"--env {environment.name} --group {group.name} --job JOB REPORT` (REPORT: the job's journal.jsonl or the "
+        "Ray fine-tune's --output-json), then deploy."
+    )
     return {
         "type": "text",
         "x": x,
         "y": y,
         "width": 6,
         "height": 6,
-        "properties": {"markdown": f"### {title}\n\nNo throughput alarm for this group: {text}"},
+        "properties": {"markdown": f"### {title}\n\n{text}"},
     }
 
 
 def dashboard_body(environment: Environment) -> dict[str, Any]:
     widgets: list[dict[str, Any]] = []
     region = environment.region
+    throughput_baselines.check_groups_exist(
+        throughput_baselines.load(), environment=environment.name, groups=[g.name for g in environment.gpu_node_groups]
+    )
     for row, group in enumerate(environment.gpu_node_groups):
         rules = rules_for(environment, group)
         y = row * 6
@@ -251,7 +271,7 @@ def dashboard_body(environment: Environment) -> dict[str, Any]:
         if throughput:
             widgets.append(
                 _widget(
-                    f"{name}: tokens/s per job vs baseline",
+                    f"{name}: tokens/s vs measured baseline",
                     throughput,
                     region,
                     y=y,
@@ -260,15 +280,15 @@ def dashboard_body(environment: Environment) -> dict[str, Any]:
                         annotation
                         for baseline, rule in rules.throughput
                         for annotation in (
-                            {"label": f"baseline {baseline.node_count} nodes", "value": baseline.tokens_per_s},
-                            {"label": "alarm", "value": rule.threshold},
+                            {"label": f"{baseline.job} baseline", "value": baseline.tokens_per_s},
+                            {"label": f"{baseline.job} alarm", "value": rule.threshold},
                         )
                     ],
                 )
             )
         else:
             # A metric widget without metrics renders empty; say why there is no throughput alarm instead.
-            widgets.append(_text_widget(f"{name}: no baseline yet", group.no_baseline_yet or "", y=y, x=12))
+            widgets.append(_waiting_widget(environment, group, y=y, x=12))
         widgets.append(
             _widget(
                 f"{name}: restarts per hour",

@@ -22,7 +22,7 @@ the ServiceToken of every KubernetesManifest/HelmChart here and is create-only o
 (infra/cluster.py, infra/network.py). CloudFormation then refuses to replace them, or to delete Platform,
 while a consumer uses them. The GPU subnet and the alarm topic stay weak: a zone move switches the
 consumers to another subnet, which an export still in use would block. `trainctl plan --env E` names the
-consumers of a replaced, weakly read Platform resource (docs/deploy.md, "Changing Platform").
+consumers of a replaced, weakly read Platform resource (docs/changes.md, "Changing Platform").
 aws_eks_v2's KubernetesManifest/HelmChart/Addon in a stack other than the cluster's are supported: they
 read `cluster.kubectlProvider.serviceToken` and depend on the cluster's KubectlReadyBarrier (aws-cdk-lib
 2.275.0 aws-eks-v2/lib/k8s-manifest.js, helm-chart.js, kubectl-provider.js `getKubectlProvider` ->

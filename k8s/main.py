@@ -27,6 +27,7 @@ from k8s.charts.fabric_gate import CONTROLLER_IMAGE, FabricGate
 from k8s.charts.namespaces import NamespacesChart
 from k8s.charts.nvrx_job import NvrxJobChart, nvrx_job_image
 from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart, job_gated
+from k8s.checkpoint_writes import check_checkpoint_writes
 from k8s.images import LOCK_PATH, ImageLock, ImageLockError
 from k8s.nvrx_spec import NvrxFsdpJob
 from k8s.ray_spec import RAY_IMAGE
@@ -67,6 +68,9 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> list[Not
             vpc_cidr=environment.network.cidr,
         )
         return []
+    nvrx_job = NvrxFsdpJob()
+    # Before any chart: a job its file system cannot checkpoint in time is refused whatever the lock holds.
+    check_checkpoint_writes(environment, nvrx_job)
     namespaces = NamespacesChart(
         app,
         "namespaces",
@@ -105,7 +109,6 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> list[Not
     for name, kind in (("fabric-check", FabricJob.CHECK), ("fabric-ab", FabricJob.AB)):
         if ready(name, RAY_IMAGE):
             FabricJobsChart(app, name, environment=environment, lock=lock, kind=kind)
-    nvrx_job = NvrxFsdpJob()
     if ready("nvrx-fsdp", nvrx_job_image(environment, nvrx_job), *(with_gate if nvrx_job.fabric_gate else ())):
         NvrxJobChart(app, "nvrx-fsdp", environment=environment, lock=lock, job=nvrx_job)
     return skipped

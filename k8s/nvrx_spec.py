@@ -71,7 +71,11 @@ class CheckpointMode(Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointPolicy:
-    every_steps: int = 100
+    # 600: with no measured step time (k8s/checkpoint_writes.py takes the fastest step the GPUs could run), the 18.5 GB
+    # state must be written within WRITE_FRACTION of the interval on both environments' file systems: prod's
+    # 2 x p5.48xlarge (0.0767 s a step, written in 15.8 s) needs 413 steps, dev's 2 x g6.12xlarge (0.627 s a step,
+    # written in 158.1 s on SCRATCH_2) 505. Far below the Young-Daly interval either way (trainctl goodput).
+    every_steps: int = 600
     mode: CheckpointMode = CheckpointMode.ASYNC
     keep: int = 3
 
@@ -264,7 +268,7 @@ class NvrxFsdpJob:
     # to evict and replace the lost pod (infra/spec/node_loss.py: 50 + 300 s before a replacement even exists). Each
     # is a whole GPU node the Job holds idle: parallelism, completions and the Kueue Workload count nodes + spares.
     # They do not cover the loss of pod 0 (the rendezvous store's host: every launcher fails with it, see
-    # store_host_losses). docs/workloads.md "Hot spares".
+    # store_host_losses). docs/nvrx.md "Hot spares".
     spares: int = 0
     # One training step's measured time, seconds (trainctl goodput prints it): required on a Capacity Block group,
     # where each rank stops one step before the block's stop point (k8s/capacity_deadline.py, training/deadline.py).

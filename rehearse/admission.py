@@ -1,5 +1,6 @@
-"""What may be rehearsed, decided before anything runs: the kinds, strict validation (validation.py), the
-support table (support.py), what only the image has (host.py) and models or data from a hub (scale.py).
+"""What may be rehearsed, decided before anything runs: the kinds, the API server's name rules of every object
+(names.py, skipped kinds too), strict validation (validation.py), the support table (support.py), what only the
+image has (host.py) and models or data from a hub (scale.py).
 
 `admit` returns the objects to run and the workloads skipped, or raises InputError listing every
 problem (exit 2): nothing starts while one is left.
@@ -14,6 +15,7 @@ from typing import Any
 
 from rehearse import network_policy
 from rehearse.host import image_only, substitute_commands
+from rehearse.names import bad_names
 from rehearse.scale import hub_problems, scale_small, substitute
 from rehearse.support import INFRA_KINDS, PENDING_KINDS, WORKLOAD_KINDS, unsupported_fields
 from rehearse.validation import invalid
@@ -56,7 +58,7 @@ def unsupported_kind(kind: str) -> str | None:
         return f"kind {kind} is not run by the rehearsal: {PENDING_KINDS[kind]}"
     return (
         f"kind {kind} is not run by the rehearsal (it runs {', '.join(WORKLOAD_KINDS)}; "
-        "see the support table in docs/workloads.md)"
+        "see the support table in docs/rehearsal-support.md)"
     )
 
 
@@ -88,6 +90,7 @@ def admit(
                 f"{where}: {obj.get('kind')}/{_name(obj)}: {reason}; fix: leave it out, or pass "
                 "--skip-unsupported to rehearse the rest (exit 3: not everything was judged)"
             )
+    problems += [str(b) for b in bad_names(objects, sources)]
     problems += [str(i) for i in invalid([o for o, _ in kept], [w for _, w in kept])]
     admitted: list[dict[str, Any]] = []
     for obj, where in kept:

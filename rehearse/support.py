@@ -21,8 +21,10 @@ raycluster_controller.go, utils/util.go.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 HONOURED = "honoured"
@@ -387,7 +389,7 @@ def _walk(table: Mapping[str, Support], node: Any, path: str, real: str, out: li
         if _structural(table, child):
             _walk(table, value, child, child_real, out)
             continue
-        out.append((child_real, "not emulated by the rehearsal (not in its support table, docs/workloads.md)"))
+        out.append((child_real, "not emulated by the rehearsal (not in its support table, docs/rehearsal-support.md)"))
 
 
 def unsupported_fields(obj: Mapping[str, Any]) -> list[Unsupported]:
@@ -418,18 +420,68 @@ def table_rows() -> Iterator[tuple[str, str, str, str]]:
             yield group, path, support.status + values, support.source
 
 
+SUPPORT_DOC = "docs/rehearsal-support.md"
+TABLE_BEGIN = "<!-- support-table: begin (rehearse/support.py) -->"
+TABLE_END = "<!-- support-table: end -->"
+
+
+def _grouped(rows: Iterator[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """(first, seconds) in the order of first appearance: rows that share their first cells become one row."""
+    grouped: dict[str, list[str]] = {}
+    for key, item in rows:
+        grouped.setdefault(key, []).append(item)
+    return list(grouped.items())
+
+
+def _twins(names: list[str]) -> list[str]:
+    """`containers[].x` and `initContainers[].x` in one row shown once, as `(init)containers[].x`."""
+    out = []
+    for name in names:
+        if name.startswith("initContainers[]") and "containers[]" + name.removeprefix("initContainers[]") in names:
+            continue
+        if name.startswith("containers[]") and "initContainers[]" + name.removeprefix("containers[]") in names:
+            name = "(init)" + name
+        out.append(name)
+    return out
+
+
 def markdown_table() -> str:
-    """The support table as docs/workloads.md shows it (a test keeps the two equal)."""
-    lines = ["| group | field | status | source or reason |", "|---|---|---|---|"]
-    lines += [f"| {g} | `{f}` | {s} | {r} |" for g, f, s, r in table_rows()]
-    lines += ["", "| kind | rehearsal |", "|---|---|"]
-    lines += [f"| {k} | runs as pods{LONG_LIVED.get(k, '')} |" for k in WORKLOAD_KINDS]
-    lines += [f"| {k} | refused: {why} |" for k, why in PENDING_KINDS.items()]
-    lines += [f"| {k} | {why} |" for k, why in INFRA_KINDS.items()]
+    """The support table as docs/rehearsal-support.md shows it (a test keeps the two equal): fields of one group
+    with the same status and source share a row, and kinds with the same answer too."""
+    lines = ["| group | fields | status | source or reason |", "|---|---|---|---|"]
+    fields = _grouped((f"| {g} |\0| {s} | {r} |", f) for g, f, s, r in table_rows())
+    lines += [key.replace("\0", f" {', '.join(f'`{n}`' for n in _twins(names))} ") for key, names in fields]
+    kinds: list[tuple[str, str]] = [(f"runs as pods{LONG_LIVED.get(k, '')}", k) for k in WORKLOAD_KINDS]
+    kinds += [(f"refused: {why}", k) for k, why in PENDING_KINDS.items()]
+    kinds += [(why, k) for k, why in INFRA_KINDS.items()]
+    lines += ["", "| kinds | rehearsal |", "|---|---|"]
+    lines += [f"| {', '.join(names)} | {answer} |" for answer, names in _grouped(iter(kinds))]
     lines += ["| any other kind | refused, exit 2 naming it (`--skip-unsupported`: SKIPPED, exit 3) |"]
     return "\n".join(lines)
 
 
+def write_table(path: Path) -> None:
+    """Replace the table between the markers of the guide at path with the code's."""
+    text = path.read_text()
+    if TABLE_BEGIN not in text or TABLE_END not in text:
+        raise SystemExit(f"{path} lacks the support-table markers {TABLE_BEGIN!r} and {TABLE_END!r}")
+    before, rest = text.split(TABLE_BEGIN, 1)
+    after = rest.split(TABLE_END, 1)[1]
+    path.write_text(f"{before}{TABLE_BEGIN}\n{markdown_table()}\n{TABLE_END}{after}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The rehearsal's support table, as its guide shows it.")
+    parser.add_argument(
+        "--write", type=Path, metavar="GUIDE", help=f"rewrite it between GUIDE's markers ({SUPPORT_DOC})"
+    )
+    args = parser.parse_args(argv)
+    if args.write is None:
+        print(markdown_table())
+    else:
+        write_table(args.write)
+    return 0
+
+
 if __name__ == "__main__":
-    # The table for docs/workloads.md (between its support-table markers).
-    print(markdown_table())
+    raise SystemExit(main())

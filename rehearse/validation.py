@@ -12,8 +12,7 @@ API server rules mirrored (Kubernetes v1.36):
   user sets needs manualSelector (otherwise "`selector` will be auto-generated").
 - pkg/apis/core/validation/validation.go ValidatePodSpec: container names unique across containers and
   init containers, every volumeMount names a volume of the pod, volume names unique.
-- pkg/registry/batch/job/strategy.go: a Job's name becomes the value of its pods' `job-name` label, so
-  it may be at most 63 characters.
+- Names (every object's, per kind, a Job's 63-character limit too) are names.py's.
 - kubectl apply applies the files in order: an object given twice is an update of the first (a Job's
   spec.template is immutable, pkg/apis/batch/validation ValidateJobSpecUpdate); the rehearsal refuses it.
 """
@@ -28,7 +27,6 @@ from typing import Any
 from gates.manifests import SchemaViolation, schema_violations
 
 JOB_RESTART_POLICIES = ("OnFailure", "Never")
-MAX_LABEL_VALUE = 63
 
 
 @dataclass(frozen=True)
@@ -153,14 +151,7 @@ def _job_problems(spec: Mapping[str, Any], at: str) -> Iterator[tuple[str, str, 
 
 def _api_problems(obj: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
     kind, spec = obj.get("kind"), obj.get("spec") or {}
-    name = str((obj.get("metadata") or {}).get("name", ""))
     if kind == "Job":
-        if len(name) > MAX_LABEL_VALUE:
-            yield (
-                "metadata.name",
-                f"Invalid value: must be no more than {MAX_LABEL_VALUE} characters (it is the job-name label)",
-                "shorten the name",
-            )
         yield from _job_problems(spec, "spec")
     elif kind == "Pod":
         yield from _pod_spec_problems(spec, "spec")

@@ -373,6 +373,22 @@ def test_measured_figures_quote_their_run() -> None:
     assert not unquoted, "\n".join(unquoted)
 
 
+GUIDE_LIMIT_BYTES = 20_000
+README_LIMIT_BYTES = 12_288
+
+
+def test_guides_stay_short() -> None:
+    """A guide is read in minutes: every docs/*.md under 20,000 bytes, README.md under 12 KiB. History belongs in
+    commit messages; a guide that grows past its limit is split by topic."""
+    limits = {path: README_LIMIT_BYTES if path.name == "README.md" else GUIDE_LIMIT_BYTES for path in DOCS}
+    too_long = [
+        f"{path.relative_to(ROOT)}: {path.stat().st_size:,} bytes, over {limit:,}"
+        for path, limit in limits.items()
+        if path.stat().st_size > limit
+    ]
+    assert not too_long, "\n".join(too_long)
+
+
 # --- the checks themselves catch what they are for ---------------------------------------------
 
 

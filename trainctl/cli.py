@@ -14,6 +14,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from trainctl.commands import (
+    baseline,
     capacity,
     drain,
     fabric_check,
@@ -40,6 +41,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     scale.add_parser,
     rehearse.add_parser,
     goodput.add_parser,
+    baseline.add_parser,
     plan.add_parser,
     drain.add_parser,
 )

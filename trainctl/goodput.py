@@ -17,6 +17,7 @@ from typing import Any
 
 from infra.spec.instances import INSTANCE_TYPES
 from infra.spec.operating import NODE_MTBF, OPERATING
+from trainctl.save_throughput import SaveThroughput, measured_saves, render_saves
 from training.journal import JOURNAL_FILE, Event, summarize, verify_failures
 
 CAUSES = (
@@ -82,6 +83,7 @@ class Ledger:
     usd_per_node_hour: float | None
     recommendation: Recommendation | None
     intervals: list[Interval] = field(default_factory=list)
+    save_throughput: SaveThroughput | None = None
     verify_failures: list[dict[str, Any]] = field(default_factory=list)
 
     def percent(self, cause: str) -> float:
@@ -119,6 +121,7 @@ class Ledger:
             "usd_per_node_hour": self.usd_per_node_hour,
             "causes": causes,
             "checkpoint_interval": asdict(self.recommendation) if self.recommendation else None,
+            "save_throughput": self.save_throughput.as_json() if self.save_throughput else None,
             "verify_failures": self.verify_failures,
         }
 
@@ -287,6 +290,7 @@ def ledger_for(
     nodes: int | None,
     baseline_step_s: float | None = None,
     slow_factor: float = DEFAULT_SLOW_FACTOR,
+    environment: str | None = None,
 ) -> Ledger:
     kind, records = read_records(path)
     job = path.parent.name if path.name == JOURNAL_FILE else path.stem
@@ -325,6 +329,7 @@ def ledger_for(
         usd_per_node_hour=facts.on_demand_usd_per_hour if facts else None,
         recommendation=recommend(stalls, median_step, node_count),
         intervals=intervals,
+        save_throughput=measured_saves(records, environment) if kind == "nvrx" else None,
         verify_failures=verify_failures(records) if kind == "nvrx" else [],
     )
 
@@ -353,6 +358,8 @@ def render(ledger: Ledger) -> str:
             f"{rec.interval_s:.0f} s = every {rec.every_steps} steps at {rec.step_time_s:.3f} s/step "
             f"(NvrxFsdpJob(checkpoint=CheckpointPolicy(every_steps={rec.every_steps})) in k8s/nvrx_spec.py)"
         )
+    if ledger.save_throughput is not None:
+        lines.append(render_saves(ledger.save_throughput))
     return "\n".join(lines)
 
 

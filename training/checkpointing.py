@@ -220,6 +220,7 @@ class SaveRecord:
     commit_wait_s: float = 0.0
     committed_at: float | None = None
     verify_s: float = 0.0
+    written_at: float | None = None
     verdict: ckpt_verify.Verdict | None = None
     quarantined: Path | None = None
 
@@ -365,6 +366,7 @@ class _SaverBase:
                 lines = str(exc).strip().splitlines() or [type(exc).__name__]
                 detail = f"rank {self.rank}: {lines[-1]}"
                 return ckpt_verify.Verdict(False, "write-failed", detail, 0, 0, 0.0)
+        record.written_at = time.time()
         directory = step_dir(self.root, record.step)
         expected = {**extra, **written()}
         ckpt_verify.write_manifest(directory, self.rank, expected, source=source)

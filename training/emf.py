@@ -97,6 +97,16 @@ class JobIdentity:
             NODE_COUNT: str(self.node_count),
         }
 
+    def report_fields(self) -> dict[str, Any]:
+        """The identity in the job's own report (the NVRx journal's start event, the Ray step reports): what
+        `trainctl baseline record` checks a run against its GPU group with."""
+        return {
+            "job_name": self.job_name,
+            "model": self.model,
+            "instance_type": self.instance_type,
+            "node_count": self.node_count,
+        }
+
 
 def model_name(model: str) -> str:
     """A hub id stays as it is; a local directory is named by its last component."""

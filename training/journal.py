@@ -37,7 +37,8 @@ class Event(StrEnum):
     """A save did not read back; it was renamed aside, never published (step, reason, detail, quarantined_to,
     verify_s)."""
     COMMIT = "commit"
-    """A verified save was published: its COMMITTED marker written (step, stall_s, commit_wait_s)."""
+    """A verified save was published: its COMMITTED marker written (step, stall_s, commit_wait_s, and
+    commit_fields: bytes, write_s, the write's end taken before its read-back)."""
     FAULT = "fault"
     """An injected fault fired (fault, step, completed_steps, last_committed, files)."""
     FINISHED = "finished"
@@ -67,6 +68,14 @@ class Journal:
             os.write(fd, (json.dumps(record) + "\n").encode())
         finally:
             os.close(fd)
+
+
+def commit_fields(directory: Path, *, started_at: float, committed_at: float) -> dict[str, Any]:
+    """A commit event's size and duration: the bytes of every file in the step's directory (all ranks' shards, on
+    the shared file system) and the seconds from the save's start to its commit. The commit is noticed at the next
+    step's poll, so bytes / write_s is at most the write's real throughput (trainctl goodput reports it)."""
+    size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+    return {"bytes": size, "write_s": committed_at - started_at}
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ from training import deadline as capacity
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.faults import PHASE, FaultInjector, FaultKind, FaultSpec, check_rank
 from training.fsdp import load_model, shard_model
-from training.journal import Event, Journal, read_journal, summarize
+from training.journal import Event, Journal, commit_fields, read_journal, summarize
 from training.nvrx_config import (
     DeviceChoice,
     InprocessConfig,
@@ -294,16 +294,18 @@ class Session:
     def run(self) -> None:
         job = self.job
         self._init_process_group()
-        if job.gate.enabled and self.iteration == 0:
-            self._fabric_gate()
+        # The gate's outcome goes into rank 0's start event: a throughput baseline is taken only from a gated run
+        # (trainctl baseline record). None: the gate is off, or this is an in-process restart of a gated process.
+        gate = self._fabric_gate() if job.gate.enabled and self.iteration == 0 else None
         rank, world_size = dist.get_rank(), dist.get_world_size()
         if job.fault is not None:
             check_rank(job.fault, world_size)
         job.ckpt_dir.mkdir(parents=True, exist_ok=True)
         context = {"run_id": self.run_id, "restart": self.restart, "iteration": self.iteration}
         journal = Journal(job.journal, rank, context)
-        journal.event(Event.START, process_start=emf.process_start_time())
         self._start_metrics(rank, world_size)
+        identity = {} if self.identity is None else {**self.identity.report_fields(), "fabric_gate": gate}
+        journal.event(Event.START, process_start=emf.process_start_time(), **identity)
         if rank == 0 and (self.restart or self.iteration):
             log(f"restart detected: torchelastic restart {self.restart}, in-process iteration {self.iteration}")
         state, device = self._build(rank, world_size, journal)
@@ -336,12 +338,13 @@ class Session:
         self.heartbeats.stop()
         self._release()
 
-    def _fabric_gate(self) -> None:
-        """The fabric gate before the model is built (training/fabric_gate.py). A failed gate ends the process with
-        the gate's code: raised, the NVRx Wrapper would restart this function in-process into the same verdict; the
-        pod's supervisor (`python -m training.fabric_gate supervise`) reads the verdict and exits the pod with it."""
+    def _fabric_gate(self) -> str:
+        """The fabric gate before the model is built (training/fabric_gate.py); its outcome (PASS, NOT RUN). A failed
+        gate ends the process with the gate's code: raised, the NVRx Wrapper would restart this function in-process
+        into the same verdict; the pod's supervisor (`python -m training.fabric_gate supervise`) reads the verdict and
+        exits the pod with it."""
         try:
-            fabric_gate.run_gate(self.job.gate, backend=self.plan.backend, stdout=sys.stdout)
+            return fabric_gate.run_gate(self.job.gate, backend=self.plan.backend, stdout=sys.stdout).outcome.value
         except fabric_gate.GateFailedError as failed:
             log(f"fabric gate failed: exit {failed.exit_code}")
             sys.stdout.flush()
@@ -409,10 +412,14 @@ class Session:
         if self.emf is None or self.identity is None:
             return
         world_size = dist.get_world_size()
-        tokens = self.job.batch_size * self.job.seq_len * world_size
+        tokens = self._tokens_per_step()
         self.emf.emit(
             emf.throughput(self.identity, step=step, step_time_s=seconds, tokens=tokens, world_size=world_size)
         )
+
+    def _tokens_per_step(self) -> int:
+        """Tokens of one optimizer step over every rank."""
+        return self.job.batch_size * self.job.seq_len * dist.get_world_size()
 
     def _saver(self) -> ckpt.Saver:
         assert self.saver is not None
@@ -442,11 +449,21 @@ class Session:
             if rank == 0:
                 verdict = record.verdict
                 assert verdict is not None
+                assert record.committed_at is not None  # set by the commit
                 journal.event(
                     Event.VERIFIED, step=record.step, verify_s=verdict.seconds, files=verdict.files, bytes=verdict.bytes
                 )
                 journal.event(
-                    Event.COMMIT, step=record.step, stall_s=record.stall_s, commit_wait_s=record.commit_wait_s
+                    Event.COMMIT,
+                    step=record.step,
+                    stall_s=record.stall_s,
+                    commit_wait_s=record.commit_wait_s,
+                    **commit_fields(
+                        ckpt.step_dir(job.ckpt_dir, record.step),
+                        started_at=record.started_at,
+                        # The write's throughput: up to the end of the write, not of its read-back.
+                        committed_at=record.written_at or record.committed_at,
+                    ),
                 )
                 log(
                     f"checkpoint committed step {record.step} (stall {record.stall_s * 1e3:.1f} ms, commit wait "
@@ -568,7 +585,7 @@ class Session:
             self.heartbeats.beat()
             self._ping()
             if rank == 0:
-                journal.event(Event.STEP, step=step, seconds=seconds, loss=loss)
+                journal.event(Event.STEP, step=step, seconds=seconds, loss=loss, tokens=self._tokens_per_step())
                 if step % job.log_every == 0 or step == job.steps:
                     log(f"step {step}/{job.steps} loss {loss:.4f} ({seconds * 1e3:.0f} ms)")
                     self._emit_throughput(step, seconds)

@@ -208,11 +208,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     device = worker_device(job.device)
+    gate = None
     if job.gate.enabled:
         # Before the model: the gate's sweep needs the GPU memory the model will take. A failed gate raises
         # GateFailedError here; the driver exits with the code the gate wrote to the shared directory.
         os.environ.setdefault("LOCAL_RANK", str(context.get_local_rank()))
-        fabric_gate.run_gate(job.gate, backend=job.device.backend, stdout=sys.stdout)
+        gate = fabric_gate.run_gate(job.gate, backend=job.device.backend, stdout=sys.stdout).outcome.value
     torch.manual_seed(job.seed)
     model = load_model(job.model)
     tokenizer = load_tokenizer(job)
@@ -246,8 +247,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                     identity, step=step + 1, step_time_s=seconds, tokens=tokens_per_step, world_size=world_size
                 )
             )
+        # The identity and the gate's outcome ride along: `trainctl baseline record` takes a baseline only from a
+        # gated run of the group's workload.
         ray.train.report(
-            {**step_metrics(step + 1, loss, seconds, tokens_per_step), "time": time.time(), "process_start": started}
+            {
+                **step_metrics(step + 1, loss, seconds, tokens_per_step),
+                "time": time.time(),
+                "process_start": started,
+                "fabric_gate": gate,
+                **identity.report_fields(),
+            }
         )
     report_final(model, tokenizer, total_metrics(job.steps, loss, train_time, tokens_per_step))
 

@@ -5,8 +5,8 @@ and windows evaluated here on recorded series (tests/infra/fixtures/metric_serie
 
 Why CloudWatch's own features and no Lambda of ours: every condition is expressible as
 - a Metrics Insights query per alarm (a SQL aggregate over the group's nodes: MAX of GPU utilisation,
-  MAX of EFA bytes per interface; GROUP BY JobName for per-job throughput, where each job is a
-  contributor of one multi-time-series alarm; CloudWatch user guide, Create_Metrics_Insights_Alarm.html),
+  MAX of EFA bytes per interface; AVG of one job's tokens/s against that job's measured baseline,
+  infra/spec/throughput_baselines.py; CloudWatch user guide, Create_Metrics_Insights_Alarm.html),
 - and a composite alarm for "GPUs busy AND fabric idle" (AlarmRule `ALARM(a) AND ALARM(b) AND ALARM(c)`).
 A Lambda would add a function, its role, its logs and its failure modes to watch, to compute the same.
 Metrics Insights alarm limits: 200 per account and Region, the latest 3 hours evaluated.
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from infra.spec.baselines import ThroughputBaseline, baselines_for
 from infra.spec.errors import ConfigError
 from infra.spec.metrics import (
     JOB_FABRIC_GATE_FAILED,
@@ -43,6 +42,7 @@ from infra.spec.metrics import (
     MetricSchema,
 )
 from infra.spec.operating import operating_facts
+from infra.spec.throughput_baselines import ALARM_FRACTION, MeasuredBaseline
 
 
 class Comparison(Enum):
@@ -106,7 +106,7 @@ class GroupAlarms:
     gpu_busy: AlarmRule
     efa_rx_idle: AlarmRule
     efa_tx_idle: AlarmRule
-    throughput: tuple[tuple[ThroughputBaseline, AlarmRule], ...]
+    throughput: tuple[tuple[MeasuredBaseline, AlarmRule], ...]
     restarts: AlarmRule
     fabric_gate: AlarmRule
 
@@ -119,7 +119,36 @@ def _where(**equals: str) -> str:
     return " AND ".join(f"{k} = '{v}'" for k, v in equals.items())
 
 
-def group_alarm_rules(*, cluster: str, group: str, instance_type: str) -> GroupAlarms:
+def throughput_rule(group: str, baseline: MeasuredBaseline) -> AlarmRule:
+    """The job's tokens/s under ALARM_FRACTION of its measured baseline for the whole window. The job, instance type
+    and node count select the series the record was measured on (training/emf.py THROUGHPUT_DIMENSIONS)."""
+    return AlarmRule(
+        name=f"{group}-throughput-{baseline.job}",
+        description=(
+            f"Job {baseline.job}'s tokens/s on {baseline.node_count} x {baseline.instance_type} (group {group}) under "
+            f"{ALARM_FRACTION:.0%} of its measured baseline {baseline.tokens_per_s:.0f} ({baseline.model}; "
+            f"{baseline.cited()}). A slow success: check the fabric (trainctl logs --fabric) and the "
+            "fabric-idle alarm; after an intended change: trainctl baseline reset, then record the next run"
+        ),
+        query=(
+            f"SELECT AVG({JOB_TOKENS_PER_SECOND.name}) FROM {JOB_TOKENS_PER_SECOND.schema()} WHERE "
+            + _where(JobName=baseline.job, InstanceType=baseline.instance_type, NodeCount=str(baseline.node_count))
+        ),
+        metric=JOB_TOKENS_PER_SECOND,
+        threshold=baseline.alarm_tokens_per_s,
+        comparison=Comparison.LESS,
+        period_s=60,
+        evaluation_periods=THROUGHPUT_WINDOW_MINUTES,
+        datapoints_to_alarm=THROUGHPUT_WINDOW_MINUTES,
+        # No job running publishes nothing: that is not slowness.
+        missing=Missing.NOT_BREACHING,
+    )
+
+
+def group_alarm_rules(
+    *, cluster: str, group: str, instance_type: str, baselines: Sequence[MeasuredBaseline] = ()
+) -> GroupAlarms:
+    """`baselines`: the group's measured records (infra/spec/throughput_baselines.py for_group), one alarm each."""
     facts = operating_facts(instance_type, field=f"gpu_node_groups[{group}].instance_type")
     node = _where(ClusterName=cluster, InstanceType=instance_type)
     floor = facts.efa_idle_floor_bytes_per_s
@@ -145,32 +174,7 @@ def group_alarm_rules(*, cluster: str, group: str, instance_type: str) -> GroupA
             **fabric,
         )
 
-    throughput = tuple(
-        (
-            baseline,
-            AlarmRule(
-                name=f"{group}-throughput-{baseline.node_count}n-{baseline.model.replace('/', '-')}",
-                description=(
-                    f"A job's tokens/s of {baseline.model} on {baseline.node_count} x {instance_type} under "
-                    f"{baseline.alarm_fraction:.0%} of its baseline {baseline.tokens_per_s:.0f}"
-                ),
-                query=(
-                    f"SELECT AVG({JOB_TOKENS_PER_SECOND.name}) FROM {JOB_TOKENS_PER_SECOND.schema()} WHERE "
-                    + _where(Model=baseline.model, InstanceType=instance_type, NodeCount=str(baseline.node_count))
-                    + " GROUP BY JobName"
-                ),
-                metric=JOB_TOKENS_PER_SECOND,
-                threshold=baseline.alarm_tokens_per_s,
-                comparison=Comparison.LESS,
-                period_s=60,
-                evaluation_periods=THROUGHPUT_WINDOW_MINUTES,
-                datapoints_to_alarm=THROUGHPUT_WINDOW_MINUTES,
-                # No job running publishes nothing: that is not slowness.
-                missing=Missing.NOT_BREACHING,
-            ),
-        )
-        for baseline in baselines_for(instance_type)
-    )
+    throughput = tuple((baseline, throughput_rule(group, baseline)) for baseline in baselines)
     return GroupAlarms(
         group=group,
         instance_type=instance_type,
@@ -263,9 +267,3 @@ def composite_and(*states: State) -> State:
 def fabric_idle_state(alarms: GroupAlarms, series: Mapping[str, Sequence[float | None]]) -> State:
     """The composite "GPUs busy, fabric idle" alarm over recorded series keyed by metric name."""
     return composite_and(*(final_state(rule, series[rule.metric.name]) for rule in alarms.fabric_children))
-
-
-def per_job_states(rule: AlarmRule, series_by_job: Mapping[str, Sequence[float | None]]) -> dict[str, State]:
-    """A GROUP BY alarm: each returned time series (job) is a contributor evaluated on its own; the
-    alarm is in ALARM while any contributor is."""
-    return {job: final_state(rule, values) for job, values in series_by_job.items()}

@@ -9,6 +9,7 @@ capacity (reservation or Capacity Block) in your account.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -390,9 +391,6 @@ class GpuNodeGroupConfig:
     launch_at_deploy: bool = False
     # Nodes one training job on this group uses (Ray worker replicas, NVRx pods).
     workload_nodes: int = 2
-    # Why the group has no throughput baseline (infra/spec/baselines.py) yet, and so no "throughput under
-    # baseline" alarm; the dashboard shows this text instead. Required when no baseline exists for the type.
-    no_baseline_yet: str | None = None
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -437,7 +435,6 @@ class GpuNodeGroupConfig:
                 "or use fewer workload_nodes",
             )
         self._check_capacity_policy(where)
-        self._check_baseline(where)
 
     @property
     def gated(self) -> bool:
@@ -448,34 +445,6 @@ class GpuNodeGroupConfig:
     def nodes_with_spare(self) -> int:
         """The nodes this group's jobs need: workload_nodes, plus the spare a gated gang is re-placed onto."""
         return nodes_with_spare(self.workload_nodes)
-
-    def _check_baseline(self, where: str) -> None:
-        from infra.spec.baselines import baselines_for
-
-        measured = baselines_for(self.instance_type)
-        if measured and self.no_baseline_yet is not None:
-            raise ConfigError(
-                f"{where}.no_baseline_yet",
-                self.no_baseline_yet,
-                f"None: {self.instance_type} has a baseline ({measured[0].source})",
-                "remove no_baseline_yet; the group's throughput alarm uses the baseline",
-            )
-
-    def check_has_baseline(self) -> None:
-        """Synth refuses a group without a throughput baseline unless it says why (then no alarm, and the
-        dashboard shows the reason instead of an empty widget)."""
-        from infra.spec.baselines import baselines_for
-
-        where = f"gpu_node_groups[{self.name}]"
-        if not baselines_for(self.instance_type) and not (self.no_baseline_yet or "").strip():
-            raise ConfigError(
-                f"{where}.no_baseline_yet",
-                self.no_baseline_yet,
-                f"a throughput baseline for {self.instance_type} in infra/spec/baselines.py, or the reason there "
-                "is none yet (the group then has no throughput alarm, and the dashboard says so)",
-                "add the first real run's tokens/s (the procedure in infra/spec/baselines.py), or set "
-                'no_baseline_yet="..." saying what is pending',
-            )
 
     def _check_capacity_policy(self, where: str) -> None:
         desired = self.scaling.desired_size
@@ -532,7 +501,14 @@ class LustreDeployment(Enum):
 
 # FSx for Lustre API rules (FSx Lustre user guide, "Storage capacity"): 1200 GiB, 2400 GiB,
 # then steps of 2400 GiB; PERSISTENT_2 throughput per TiB is one of these.
-_PERSISTENT_2_THROUGHPUT = (125, 250, 500, 1000)
+PERSISTENT_2_THROUGHPUT = (125, 250, 500, 1000)
+
+
+def lustre_size_at_least(gib: float) -> int:
+    """The smallest FSx for Lustre size (the rule above) of at least `gib`."""
+    if gib <= 1200:
+        return 1200
+    return 2400 * max(1, math.ceil(gib / 2400))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -556,11 +532,11 @@ class CheckpointStorageConfig:
                 "1200, 2400 or a multiple of 2400 GiB (the FSx for Lustre sizes)",
             )
         if self.deployment is LustreDeployment.PERSISTENT_2:
-            if self.throughput_per_tib not in _PERSISTENT_2_THROUGHPUT:
+            if self.throughput_per_tib not in PERSISTENT_2_THROUGHPUT:
                 raise ConfigError(
                     "add_ons.checkpoint_storage.throughput_per_tib",
                     self.throughput_per_tib,
-                    ", ".join(map(str, _PERSISTENT_2_THROUGHPUT)) + " MB/s/TiB for PERSISTENT_2",
+                    ", ".join(map(str, PERSISTENT_2_THROUGHPUT)) + " MB/s/TiB for PERSISTENT_2",
                 )
         elif self.throughput_per_tib is not None:
             raise ConfigError(
@@ -780,12 +756,6 @@ def _prod() -> Environment:
                 instance_type="p5.48xlarge",
                 scaling=Scaling(min_size=0, desired_size=0, max_size=8),
                 workload_nodes=2,
-                # No published tokens/s for this platform's job on p5 (the published p5 figures are
-                # nccl-tests bus bandwidth, which the fabric gate uses, not a training throughput).
-                no_baseline_yet=(
-                    "no tokens/s measured on 2 x p5.48xlarge yet: run the NVRx job once on EFA and add its "
-                    "median TokensPerSecond to infra/spec/baselines.py"
-                ),
             ),
             GpuNodeGroupConfig(
                 name="g6",

@@ -25,6 +25,9 @@ class GpuSpec:
     model: str
     count: int
     memory_gib_each: int
+    # Dense bf16 tensor-core peak of one GPU, TFLOPS (NVIDIA's datasheets list it "with sparsity", twice this): the
+    # fastest a training step can run (infra/spec/checkpoint_throughput.py step_floor_s).
+    bf16_dense_tflops: float
 
     @property
     def total_memory_gib(self) -> int:
@@ -90,7 +93,13 @@ _TYPES = (
         default_card_interfaces=8,
         ipv4_per_interface=30,
         network_bandwidth_gbps=40,
-        gpu=GpuSpec(model="NVIDIA L4", count=4, memory_gib_each=24),
+        gpu=GpuSpec(
+            # NVIDIA L4 datasheet: BF16 Tensor Core 242 TFLOPS with sparsity.
+            model="NVIDIA L4",
+            count=4,
+            memory_gib_each=24,
+            bf16_dense_tflops=121,
+        ),
         # g6 has EFA (network RDMA) but no GPUDirect RDMA.
         efa=EfaSpec(max_interfaces=1, efa_only_supported=False, gpudirect_rdma=False),
         nvme=NvmeSpec(disks=4, size_gb_each=940),
@@ -106,7 +115,13 @@ _TYPES = (
         default_card_interfaces=15,
         ipv4_per_interface=50,
         network_bandwidth_gbps=400,
-        gpu=GpuSpec(model="NVIDIA A100", count=8, memory_gib_each=40),
+        gpu=GpuSpec(
+            # NVIDIA A100 datasheet: BF16 Tensor Core 312 TFLOPS (624 with sparsity).
+            model="NVIDIA A100",
+            count=8,
+            memory_gib_each=40,
+            bf16_dense_tflops=312,
+        ),
         # Four EFA (ENA + EFA) interfaces, one per card: the classic p4d layout.
         efa=EfaSpec(max_interfaces=4, efa_only_supported=False, gpudirect_rdma=True),
         nvme=NvmeSpec(disks=8, size_gb_each=1000),
@@ -122,7 +137,13 @@ _TYPES = (
         default_card_interfaces=2,
         ipv4_per_interface=50,
         network_bandwidth_gbps=3200,
-        gpu=GpuSpec(model="NVIDIA H100", count=8, memory_gib_each=80),
+        gpu=GpuSpec(
+            # NVIDIA H100 datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity.
+            model="NVIDIA H100",
+            count=8,
+            memory_gib_each=80,
+            bf16_dense_tflops=989.5,
+        ),
         efa=EfaSpec(max_interfaces=32, efa_only_supported=True, gpudirect_rdma=True),
         nvme=NvmeSpec(disks=8, size_gb_each=3800),
     ),
@@ -136,7 +157,13 @@ _TYPES = (
         default_card_interfaces=2,
         ipv4_per_interface=50,
         network_bandwidth_gbps=3200,
-        gpu=GpuSpec(model="NVIDIA H200", count=8, memory_gib_each=141),
+        gpu=GpuSpec(
+            # NVIDIA H200 datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity (the H100's compute).
+            model="NVIDIA H200",
+            count=8,
+            memory_gib_each=141,
+            bf16_dense_tflops=989.5,
+        ),
         efa=EfaSpec(max_interfaces=32, efa_only_supported=True, gpudirect_rdma=True),
         nvme=NvmeSpec(disks=8, size_gb_each=3800),
     ),

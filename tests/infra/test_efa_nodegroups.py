@@ -21,7 +21,6 @@ from infra.spec import (
     GpuNodeGroupConfig,
     Scaling,
 )
-from infra.spec.baselines import baselines_for
 from infra.stage import PlatformStage
 from tests.conftest import cdk_json_context, merged
 from tests.helpers import launch_template_of, managed_policy_names, node_role_of, nodegroup, of_type, resolve
@@ -41,12 +40,7 @@ EXPECTED_LAYOUTS: dict[str, list[tuple[int, int, str]]] = {
 
 
 def _stage(groups: tuple[GpuNodeGroupConfig, ...], name: str = "t") -> dict[str, Any]:
-    # Synth refuses a group without a throughput baseline unless it says why (issue 23).
-    marked = tuple(
-        g if baselines_for(g.instance_type) else dataclasses.replace(g, no_baseline_yet="layout test group")
-        for g in groups
-    )
-    env = dataclasses.replace(ENVIRONMENTS["prod"], gpu_node_groups=marked)
+    env = dataclasses.replace(ENVIRONMENTS["prod"], gpu_node_groups=groups)
     stage = PlatformStage(cdk.App(context=cdk_json_context()), name, environment=env)
     return merged({stack.node.id: dict(Template.from_stack(stack).to_json()) for stack in stage.stacks})
 

@@ -12,17 +12,17 @@ import pytest
 
 from infra.addons.observability import ADDON, NAMESPACE, SERVICE_ACCOUNT, CloudWatchObservability, configuration
 from infra.cluster import control_plane_log_group_name
-from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError
+from infra.spec import ENVIRONMENTS, AddOnsConfig, ConfigError, throughput_baselines
 from infra.spec.alarms import (
     Comparison,
     Missing,
     State,
     evaluate,
     fabric_idle_state,
+    final_state,
     group_alarm_rules,
-    per_job_states,
+    throughput_rule,
 )
-from infra.spec.baselines import BASELINES
 from infra.spec.metrics import CONTAINER_INSIGHTS, emf_log_group
 from infra.spec.operating import OPERATING
 from infra.spec.scheduling import GPU_TAINT_KEY
@@ -307,11 +307,11 @@ def test_each_gpu_group_has_its_alarms_in_its_own_stack(
             3600,
         )
         throughput = [p for name, p in alarms.items() if "-throughput-" in name]
-        expected = [b for b in BASELINES.values() if b.instance_type == group.instance_type]
+        expected = [b for b in throughput_baselines.load() if (b.environment, b.group) == (env_name, group.name)]
         assert len(throughput) == len(expected)
         for props, baseline in zip(throughput, expected, strict=True):
             assert props["Threshold"] == pytest.approx(0.8 * baseline.tokens_per_s)
-            assert props["Metrics"][0]["Expression"].endswith("GROUP BY JobName")
+            assert f"JobName = '{baseline.job}'" in props["Metrics"][0]["Expression"]
 
 
 def test_dashboard_shows_every_gpu_group(stack_templates: dict[str, dict[str, dict[str, Any]]], env_name: str) -> None:
@@ -321,7 +321,8 @@ def test_dashboard_shows_every_gpu_group(stack_templates: dict[str, dict[str, di
     )
     titles = [w["properties"].get("title") or w["properties"]["markdown"] for w in body["widgets"]]
     for group in ENVIRONMENTS[env_name].gpu_node_groups:
-        throughput = "tokens/s per job vs baseline" if group.no_baseline_yet is None else "no baseline yet"
+        measured = any((b.environment, b.group) == (env_name, group.name) for b in throughput_baselines.load())
+        throughput = "tokens/s vs measured baseline" if measured else "waiting for its first measured run"
         for part in ("GPU utilisation", "EFA bytes/s", throughput, "restarts per hour"):
             assert f"{group.name} ({group.instance_type}): {part}" in "\n".join(titles)
 
@@ -368,10 +369,36 @@ def test_tcp_fallback_alarms_only_after_the_window() -> None:
 
 def test_throughput_drop_alarms_for_the_slow_job_only() -> None:
     doc = _load("throughput_drop")
-    rules = group_alarm_rules(cluster=doc["cluster"], group=doc["group"], instance_type=doc["instance_type"])
-    ((_, rule),) = rules.throughput
-    states = per_job_states(rule, doc["series"]["TokensPerSecond"])
-    assert {job: state.value for job, state in states.items()} == doc["expected"]
+    states = {}
+    for job, series in doc["series"]["TokensPerSecond"].items():
+        # Each job's alarm against its own record, as `trainctl baseline record` writes one (its first minutes).
+        rule = throughput_rule(doc["group"], _measured(job, doc["instance_type"], tokens_per_s=series[0]))
+        assert rule.threshold == pytest.approx(0.8 * series[0])
+        states[job] = final_state(rule, series).value
+    assert states == doc["expected"]
+
+
+def _measured(job: str, instance_type: str, *, tokens_per_s: float) -> throughput_baselines.MeasuredBaseline:
+    source = throughput_baselines.Provenance(
+        report="journal.jsonl",
+        run_id=None,
+        run_finished="2026-12-01T10:00:00Z",
+        fabric_gate="PASS",
+        commit="0123abc",
+        recorded_by="test",
+        recorded_at="2026-12-01T11:00:00Z",
+    )
+    return throughput_baselines.MeasuredBaseline(
+        environment="dev",
+        group="g6",
+        job=job,
+        tokens_per_s=tokens_per_s,
+        steps=throughput_baselines.MIN_MEASURED_STEPS,
+        model="Qwen/Qwen2.5-1.5B",
+        instance_type=instance_type,
+        node_count=2,
+        source=source,
+    )
 
 
 def test_missing_data_treatments_match_cloudwatch() -> None:

@@ -17,8 +17,8 @@ SUBMITTER = SystemPod(name="RayJob qwen-finetune submitter", cpu_millis=200, mem
 
 def test_a_system_nodes_room_is_allocatable_less_every_add_on_pod_that_may_land_there() -> None:
     # m7i.xlarge allocatable 3920m / 15391Mi (infra/spec/kubelet.py); DaemonSets 465m / 287Mi on every node
-    # (docs/workloads.md); CoreDNS 2 x 100m/70Mi, CloudWatch operator 100m/64Mi, FSx CSI controller 2 x 40m/136Mi,
-    # KubeRay operator 100m/512Mi, Kueue manager 500m/512Mi: 980m / 1500Mi, counted whole on each node.
+    # (docs/rehearsal-cluster.md); CoreDNS 2 x 100m/70Mi, CloudWatch operator 100m/64Mi, FSx CSI controller
+    # 2 x 40m/136Mi, KubeRay operator 100m/512Mi, Kueue manager 500m/512Mi: 980m / 1500Mi, counted whole on each node.
     assert system_node_room(ENVIRONMENTS["dev"]) == Room(cpu_millis=3920 - 465 - 980, memory_mib=15391 - 287 - 1500)
     assert system_node_zones(ENVIRONMENTS["dev"]) == ["us-west-2a", "us-west-2b"]
     assert system_node_zones(ENVIRONMENTS["prod"]) == ["us-east-2a", "us-east-2b"]  # min_size 2 of 3 zones

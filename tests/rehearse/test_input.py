@@ -22,7 +22,16 @@ import yaml
 
 from rehearse import load_manifests
 from rehearse.manifests import NAME_ALPHABET, ManifestError, load, manifest_files
-from rehearse.support import PENDING, fields_of, markdown_table, unsupported_fields
+from rehearse.support import (
+    PENDING,
+    SUPPORT_DOC,
+    TABLE_BEGIN,
+    TABLE_END,
+    fields_of,
+    markdown_table,
+    unsupported_fields,
+)
+from rehearse.support import main as support_main
 from trainctl.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,15 +266,22 @@ def test_the_support_table_names_a_source_for_every_entry() -> None:
 
 
 def test_docs_show_the_support_table_of_the_code() -> None:
-    text = (ROOT / "docs" / "workloads.md").read_text()
-    begin, end = "<!-- support-table: begin (rehearse/support.py) -->", "<!-- support-table: end -->"
-    assert begin in text, "docs/workloads.md lacks the support table markers"
-    assert end in text, "docs/workloads.md lacks the support table markers"
-    shown = text.split(begin, 1)[1].split(end, 1)[0].strip()
+    guide = ROOT / SUPPORT_DOC
+    text = guide.read_text()
+    assert TABLE_BEGIN in text, f"{SUPPORT_DOC} lacks the support table markers"
+    assert TABLE_END in text, f"{SUPPORT_DOC} lacks the support table markers"
+    shown = text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0].strip()
     assert shown == markdown_table(), (
-        "docs/workloads.md's support table differs from rehearse/support.py: paste `python -m rehearse.support` "
-        "between the markers"
+        f"{SUPPORT_DOC}'s support table differs from rehearse/support.py: run "
+        f"`python -m rehearse.support --write {SUPPORT_DOC}`"
     )
+
+
+def test_the_support_table_is_written_between_the_markers(tmp_path: Path) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text(f"# Guide\n\n{TABLE_BEGIN}\nstale\n{TABLE_END}\n\nAfter.\n")
+    support_main(["--write", str(guide)])
+    assert guide.read_text() == f"# Guide\n\n{TABLE_BEGIN}\n{markdown_table()}\n{TABLE_END}\n\nAfter.\n"
 
 
 # Finding 6: valid input kubectl accepts was refused or crashed.

@@ -315,7 +315,7 @@ def test_ray_start_advertises_the_gpus_kuberay_would_so_ray_places_workers_as_on
 
 
 def test_ray_pods_poll_ray_train_health_every_half_second_unless_the_manifest_says_otherwise() -> None:
-    # A rehearsal difference (docs/workloads.md): Ray Train's controller notices a run's end at its next poll.
+    # A rehearsal difference (docs/rehearsal.md): Ray Train's controller notices a run's end at its next poll.
     worker = {
         "groupName": "g6",
         "replicas": 1,

@@ -33,7 +33,7 @@ def with_env() -> list[str]:
 
 def test_the_commands_with_env_are_the_ones_that_name_an_environment() -> None:
     # Free text in capacity, preflight and plan before the shell: a typo went on into the library.
-    assert with_env() == ["capacity", "drain", "logs", "plan", "preflight", "rehearse", "scale", "status", "submit"]
+    assert with_env() == ["capacity", "drain", "goodput", "logs", "plan", "preflight", "rehearse", "scale", "status", "submit"]
 
 
 @pytest.mark.parametrize("command", with_env())

@@ -36,6 +36,18 @@ def test_causes_partition_the_wall_time(fixture: str, request: pytest.FixtureReq
     assert min(starts) < first_event
 
 
+def test_the_journal_names_its_job_and_gate_and_each_steps_tokens(nvrx_reference: NvrxRun) -> None:
+    """What `trainctl baseline record` reads (trainctl/baselines.py): rank 0's start names the job and the fabric
+    gate's outcome (off or NOT RUN on CPU, which the record refuses), each step its tokens."""
+    events = read_journal(nvrx_reference.journal)
+    starts = [e for e in events if e["event"] == "start" and e["rank"] == 0]
+    assert starts
+    for start in starts:
+        assert {"job_name", "model", "instance_type", "node_count", "fabric_gate"} <= set(start)
+        assert start["fabric_gate"] in (None, "NOT RUN")
+    assert all(e["tokens"] > 0 for e in events if e["event"] == "step")
+
+
 @pytest.mark.parametrize("fixture", FAULT_RUNS)
 def test_recomputed_steps_are_the_steps_lost(fixture: str, request: pytest.FixtureRequest) -> None:
     run: NvrxRun = request.getfixturevalue(fixture)

@@ -28,6 +28,10 @@ to the wall time by construction and the remainder shows what the journal does n
 
 Checkpoint interval (Young 1974, Daly 2006): sqrt(2 x checkpoint stall x job MTBF), the job's MTBF
 being the per-node MTBF (infra/spec/operating.py NODE_MTBF) divided by its node count.
+
+Save throughput (NVRx journals whose commit events carry bytes and write_s): bytes over the seconds from a
+save's start to its commit, a lower bound on the write's speed, beside the write baseline of the --env
+environment's file system, which synth sized the checkpoint interval from (infra/spec/checkpoint_throughput.py).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--nodes", type=int, default=None, help="nodes of the job (default: from the ranks)")
     parser.add_argument("--baseline-step-s", type=float, default=None, help="expected seconds per step")
     parser.add_argument("--slow-factor", type=float, default=DEFAULT_SLOW_FACTOR, help="slow: above factor x baseline")
+    flags.add_env(parser, required=False, help="the environment whose checkpoint file system the saves went to")
     flags.add_output(parser, quiet=False)
     parser.add_argument("--chart", type=Path, default=None, help="write a PNG chart of the causes here")
     parser.set_defaults(run=run)
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 nodes=args.nodes,
                 baseline_step_s=args.baseline_step_s,
                 slow_factor=args.slow_factor,
+                environment=args.env,
             )
             for path in args.files
         ]

@@ -10,7 +10,7 @@ Needs Linux and root (or unprivileged user namespaces).
 
 Input is strict, as `kubectl apply --validate=strict`: every object is checked against the Kubernetes
 1.36 schema and the vendored KubeRay/Kueue CRDs, and every workload field against the rehearsal's
-support table (docs/workloads.md) before anything runs. What only the image has (an absolute command
+support table (docs/rehearsal-support.md) before anything runs. What only the image has (an absolute command
 this machine lacks, a container without a command, runtime_env pip pins this environment does not
 satisfy) and models or data from a hub are refused up front too, naming the fix.
 
