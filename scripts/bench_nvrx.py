@@ -10,6 +10,10 @@ offline (about 15 M parameters, 60 MB; a checkpoint with AdamW state is about 19
   recovery, cold relaunch a finished job's processes exit, a new ft_launcher starts and resumes from the checkpoint
                           (exit of the first launcher -> training resumed)
   checkpoint stall        time the step loop was blocked per save: async (torch DCP async_save) vs sync
+  checkpoint read-back    in one process, the model's checkpoint (parameters and two AdamW moments) written with
+                          DCP, plainly and hashing as written, then read back and compared (training/ckpt_verify.py):
+                          what verifying a save costs next to the save itself. The jobs run it in a background
+                          thread after the write (sync saves: inside the stall)
   node loss: hot spare    three ft_launcher nodes on loopback (rehearse/local_nodes.py, one rank each), --nnodes=2:3;
                           the active node that is not the store host loses every process at once after a checkpoint:
                           loss -> training resumed on the standby
@@ -124,6 +128,40 @@ def one_recovery(metrics: dict[str, Any], by: str) -> dict[str, Any]:
     return dict(recovery)
 
 
+def verify_cost(model_dir: Path, work: Path) -> dict[str, float]:
+    """Seconds to write the model's checkpoint with DCP (plain, then hashing as written) and to read it back."""
+    import shutil
+
+    import torch
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
+    from transformers import Qwen2ForCausalLM
+
+    from training import ckpt_verify
+
+    params = Qwen2ForCausalLM.from_pretrained(model_dir).state_dict()
+    # What an AdamW checkpoint holds per parameter: the value and two moments (float32).
+    kinds = ("param", "exp_avg", "exp_avg_sq")
+    state = {f"{kind}.{k}": torch.randn_like(v) for kind in kinds for k, v in params.items()}
+    seconds: dict[str, float] = {}
+    for key, hashed in (("write_s", False), ("write_hashed_s", True)):
+        directory = work / key
+        directory.mkdir(parents=True)
+        writer = FileSystemWriter(directory)
+        fs = ckpt_verify.hash_writes(writer) if hashed else None
+        started = time.perf_counter()
+        save(state, storage_writer=writer, no_dist=True)
+        seconds[key] = time.perf_counter() - started
+        if fs is not None:
+            verdict = ckpt_verify.verify_rank(directory, 0, fs.digests)
+            if not verdict.ok:
+                raise RuntimeError(f"the bench's own checkpoint failed verification: {verdict}")
+            seconds["verify_s"] = verdict.seconds
+            seconds["verify_bytes"] = float(verdict.bytes)
+        shutil.rmtree(directory)
+    return seconds
+
+
 def node_loss(model: Path, work: Path, settings: Settings, *, spares: int) -> float:
     """Seconds from the loss of an active non-host node to the first resume after it (the journal's RESUMED): onto the
     standby with `spares`, else onto the lost node's launcher started again at once."""
@@ -170,6 +208,9 @@ class Sample:
     steps_lost_ft_launcher: int
     spare_s: float
     replacement_s: float
+    write_s: float = 0.0
+    write_hashed_s: float = 0.0
+    verify_s: float = 0.0
 
 
 def run_once(model: Path, work: Path, settings: Settings, progress: Callable[[str], None]) -> Sample:
@@ -209,7 +250,12 @@ def run_once(model: Path, work: Path, settings: Settings, progress: Callable[[st
     spare = node_loss(model, work / "spare", settings, spares=1)
     progress("node loss: the lost node's launcher started again (the replacement pod's processes)")
     replacement = node_loss(model, work / "replacement", settings, spares=0)
+    progress("checkpoint write and read-back, in this process")
+    cost = verify_cost(model, work / "verify")
     return Sample(
+        write_s=cost["write_s"],
+        write_hashed_s=cost["write_hashed_s"],
+        verify_s=cost["verify_s"],
         spare_s=spare,
         replacement_s=replacement,
         inprocess_s=float(rec_in["recovery_s"]),
@@ -230,8 +276,12 @@ ROWS = (
     ("checkpoint stall per save: sync", "stall_sync_s", "ms"),
     ("node loss: hot spare takes the ranks", "spare_s", "s"),
     ("node loss: replacement pod, processes only", "replacement_s", "s"),
+    ("checkpoint write, DCP, one process", "write_s", "ms"),
+    ("checkpoint write, hashing as written", "write_hashed_s", "ms"),
+    ("checkpoint read-back and compare", "verify_s", "ms"),
 )
-RECOVERIES = (*ROWS[:3], *ROWS[5:])
+RECOVERIES = (*ROWS[:3], *ROWS[5:7])
+VERIFY_ROWS = ROWS[7:]
 
 
 def report(samples: list[Sample] | list[dict[str, float]]) -> dict[str, Any]:
@@ -245,6 +295,13 @@ def report(samples: list[Sample] | list[dict[str, float]]) -> dict[str, Any]:
             "cold relaunch / in-process recovery": medians["relaunch_s"] / medians["inprocess_s"],
             "sync / async checkpoint stall": medians["stall_sync_s"] / medians["stall_async_s"],
         }
+    if "verify_s" in medians:
+        ratios |= {
+            "read-back / write": medians["verify_s"] / medians["write_s"],
+            "write hashing / plain write": medians["write_hashed_s"] / medians["write_s"],
+        }
+    if "spare_s" not in medians:
+        return {"values": values, "medians": medians, "ratios": ratios}
     ratios |= {
         "replacement pod (processes) / hot spare": medians["replacement_s"] / medians["spare_s"],
         f"replacement pod (+{EVICTION_S} s eviction) / hot spare": (medians["replacement_s"] + EVICTION_S)
@@ -324,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=None, help="keep checkpoints and metrics here")
     parser.add_argument("--replot", type=Path, default=None, help="only redraw the table and chart of a results JSON")
     parser.add_argument(
+        "--only-verify",
+        action="store_true",
+        help="only the checkpoint write and read-back rows (one process, no launcher): the table and --json",
+    )
+    parser.add_argument(
         "--only-node-loss",
         action="store_true",
         help="only the node-loss pair (hot spare vs replacement pod): the table and --json, no chart",
@@ -353,19 +415,23 @@ def main(argv: list[str] | None = None) -> int:
             def progress(what: str, run: int = run) -> None:
                 print(f"[run {run}/{args.runs}] {what}", flush=True)
 
-            if args.only_node_loss:
+            if args.only_verify:
+                progress("checkpoint write and read-back, in this process")
+                cost = verify_cost(model, work / f"run{run}" / "verify")
+                losses.append({key: cost[key] for key in ("write_s", "write_hashed_s", "verify_s")})
+            elif args.only_node_loss:
                 progress("node loss: hot spare, then replacement pod")
                 spare = node_loss(model, work / f"run{run}" / "spare", settings, spares=1)
                 replacement = node_loss(model, work / f"run{run}" / "replacement", settings, spares=0)
                 losses.append({"spare_s": spare, "replacement_s": replacement})
             else:
                 samples.append(run_once(model, work / f"run{run}", settings, progress))  # type: ignore[arg-type]
-        if args.only_node_loss:
+        if args.only_node_loss or args.only_verify:
             samples = losses
 
     result = report(samples)
     print(table(result, args.runs))
-    if args.only_node_loss:
+    if args.only_node_loss or args.only_verify:
         if args.json is not None:
             payload = {"settings": asdict(settings), "model_parameters": params, "cpus": os.cpu_count()}
             args.json.write_text(json.dumps({**payload, "runs": args.runs, **result}, indent=2) + "\n")

@@ -18,7 +18,7 @@ from typing import Any
 from infra.spec.instances import INSTANCE_TYPES
 from infra.spec.operating import NODE_MTBF, OPERATING
 from trainctl.save_throughput import SaveThroughput, measured_saves, render_saves
-from training.journal import JOURNAL_FILE, Event, summarize
+from training.journal import JOURNAL_FILE, Event, summarize, verify_failures
 
 CAUSES = (
     "productive",
@@ -27,6 +27,7 @@ CAUSES = (
     "fault_detection",
     "fault_recovery",
     "recomputed",
+    "failed_checkpoint",
     "slow_steps",
     "finalize",
     "unattributed",
@@ -35,6 +36,7 @@ CAUSES = (
 PRIORITY = (
     "fault_detection",
     "recomputed",
+    "failed_checkpoint",
     "checkpoint_stall",
     "slow_steps",
     "productive",
@@ -82,6 +84,7 @@ class Ledger:
     recommendation: Recommendation | None
     intervals: list[Interval] = field(default_factory=list)
     save_throughput: SaveThroughput | None = None
+    verify_failures: list[dict[str, Any]] = field(default_factory=list)
 
     def percent(self, cause: str) -> float:
         return 100.0 * self.seconds[cause] / self.wall_s if self.wall_s > 0 else 0.0
@@ -119,6 +122,7 @@ class Ledger:
             "causes": causes,
             "checkpoint_interval": asdict(self.recommendation) if self.recommendation else None,
             "save_throughput": self.save_throughput.as_json() if self.save_throughput else None,
+            "verify_failures": self.verify_failures,
         }
 
 
@@ -198,9 +202,12 @@ def nvrx_ledger(
             lost = resumed_next is not None and e["step"] > resumed_next
             steps_lost += lost
             intervals += _step_intervals(e["time"] - e["seconds"], e["time"], baseline, slow_factor, lost)
+        failed = {e["step"] for e in mine if e["event"] == Event.VERIFY_FAILED}
         for e in mine:
             if e["event"] == Event.SAVE:
-                intervals.append(Interval("checkpoint_stall", e["time"] - e["stall_s"], e["time"]))
+                # A save that failed its read-back was never published: its stall bought no protection.
+                cause = "failed_checkpoint" if e["step"] in failed else "checkpoint_stall"
+                intervals.append(Interval(cause, e["time"] - e["stall_s"], e["time"]))
         faults = [e for e in mine if e["event"] == Event.FAULT]
         if faults and index + 1 < len(order):
             intervals.append(Interval("fault_detection", min(f["time"] for f in faults), begins[index + 1]))
@@ -323,6 +330,7 @@ def ledger_for(
         recommendation=recommend(stalls, median_step, node_count),
         intervals=intervals,
         save_throughput=measured_saves(records, environment) if kind == "nvrx" else None,
+        verify_failures=verify_failures(records) if kind == "nvrx" else [],
     )
 
 
@@ -339,6 +347,10 @@ def render(ledger: Ledger) -> str:
             f"  {cause:<18}{ledger.seconds[cause]:>10.2f}{ledger.percent(cause):>8.1f}"
             f"{ledger.gpu_hours(cause):>10.4f}{'n/a' if cost is None else f'{cost:.4f}':>10}"
         )
+    failures = ledger.verify_failures
+    if failures:
+        each = ", ".join(f"step {f['step']} ({f['reason']}, {f['exposed_steps']} steps unprotected)" for f in failures)
+        lines.append(f"  {len(failures)} save{'s' if len(failures) > 1 else ''} failed verification: {each}")
     rec = ledger.recommendation
     if rec is not None:
         lines.append(

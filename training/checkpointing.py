@@ -4,11 +4,17 @@ Layout of a checkpoint directory DIR:
 
     DIR/step_000000120/          torch.distributed.checkpoint (DCP) shards of model + optimizer, .metadata
     DIR/step_000000120/extra-rank0.pt   per-rank extras: RNG states, data position
-    DIR/step_000000120/COMMITTED JSON {step, world_size, finalized_at, saver}; written last, atomically
+    DIR/step_000000120/manifest-rank0.json  sha256 and size of every file the rank wrote (training/ckpt_verify.py)
+    DIR/step_000000120/COMMITTED JSON {step, world_size, finalized_at, saver, verified}; written last, atomically
+    DIR/quarantine/step_000000120.REASON  a save that failed its read-back, renamed aside
 
 A save becomes visible to resumption only through COMMITTED, which rank 0 writes after every rank's part of the
-save has finished (for async saves: after the background write has finalized on all ranks). A directory without
-the marker (a save cut short by a crash) is never loaded, and later cleaned up.
+save has finished (for async saves: after the background write has finalized on all ranks) and read back as
+written (each rank re-reads its files against the hashes taken as they were written; rank 0 also loads the DCP
+metadata). The read-back runs in a background thread once the write is done, like the write itself; the step loop
+only polls for its verdict. A save that fails it is renamed to DIR/quarantine/ and never published. A directory
+without the marker (a save cut short by a crash), or with one that does not say `verified` (written before saves
+were verified), is never loaded, and later cleaned up.
 
 Three savers share one interface (`Saver`):
   * TorchAsyncSaver: torch.distributed.checkpoint.async_save (stages to CPU memory in a thread while the next step's
@@ -21,10 +27,12 @@ Three savers share one interface (`Saver`):
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import random
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -35,6 +43,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
@@ -44,6 +53,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save, save
 from torch.futures import Future as TorchFuture
 
+from training import ckpt_verify
 from training.nvrx_config import NVRX_SAVER_NEEDS_CUDA
 
 STEP_PREFIX = "step_"
@@ -72,6 +82,7 @@ class Commit:
     world_size: int
     finalized_at: float
     saver: str
+    verified: bool = False
 
     def __post_init__(self) -> None:
         if self.step < 0 or self.world_size < 1:
@@ -106,6 +117,7 @@ def read_marker(directory: Path) -> Commit | None:
             world_size=int(raw["world_size"]),
             finalized_at=float(raw["finalized_at"]),
             saver=str(raw["saver"]),
+            verified=raw.get("verified") is True,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -119,16 +131,23 @@ def _step_dirs(root: Path) -> list[tuple[int, Path]]:
     return sorted((step, path) for step, path in found if step is not None)
 
 
+def _published(path: Path) -> bool:
+    commit = read_marker(path)
+    return commit is not None and commit.verified
+
+
 def committed_steps(root: Path) -> list[int]:
-    return [step for step, path in _step_dirs(root) if read_marker(path) is not None]
+    """Steps whose marker says they were verified: the only ones resumption loads."""
+    return [step for step, path in _step_dirs(root) if _published(path)]
 
 
 def incomplete_steps(root: Path) -> list[int]:
-    return [step for step, path in _step_dirs(root) if read_marker(path) is None]
+    return [step for step, path in _step_dirs(root) if not _published(path)]
 
 
 def latest_complete(root: Path) -> Path | None:
-    """The newest step directory with a valid commit marker; partial saves and stray entries are ignored."""
+    """The newest step directory with a valid, verified commit marker; partial saves and stray entries are
+    ignored."""
     steps = committed_steps(root)
     return step_dir(root, steps[-1]) if steps else None
 
@@ -200,6 +219,10 @@ class SaveRecord:
     started_at: float = 0.0
     commit_wait_s: float = 0.0
     committed_at: float | None = None
+    verify_s: float = 0.0
+    written_at: float | None = None
+    verdict: ckpt_verify.Verdict | None = None
+    quarantined: Path | None = None
 
 
 class Saver(Protocol):
@@ -218,7 +241,7 @@ class Saver(Protocol):
         """Commits a finished save without blocking on the write; every rank must call it at the same point."""
 
     def finalize(self) -> int | None:
-        """Blocks until the pending save, if any, is committed; returns its step."""
+        """Blocks until the pending save, if any, is published or quarantined; returns its step."""
 
     def close(self) -> None: ...
 
@@ -240,8 +263,25 @@ class SlowFileSystemWriter(FileSystemWriter):
         return future
 
 
-def _writer(directory: Path, slow_write_s: float) -> FileSystemWriter:
-    return SlowFileSystemWriter(directory, slow_write_s) if slow_write_s > 0 else FileSystemWriter(directory)
+def _writer(directory: Path, slow_write_s: float) -> tuple[FileSystemWriter, ckpt_verify.HashingFileSystem]:
+    writer = SlowFileSystemWriter(directory, slow_write_s) if slow_write_s > 0 else FileSystemWriter(directory)
+    return writer, ckpt_verify.hash_writes(writer)
+
+
+def in_background(work: Callable[[], ckpt_verify.Verdict]) -> Future[ckpt_verify.Verdict]:
+    """Runs `work` in a daemon thread: a read-back stuck on a dead file system never keeps the process alive."""
+    future: Future[ckpt_verify.Verdict] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(work())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="ckpt-verify", daemon=True).start()
+    return future
 
 
 def _dcp_state(state: TrainState) -> dict[str, Any]:
@@ -261,8 +301,13 @@ class _SaverBase:
         device: torch.device,
         slow_write_s: float = 0.0,
         on_commit: Callable[[SaveRecord], None] | None = None,
+        on_verify_failed: Callable[[SaveRecord], None] | None = None,
+        before_verify: Callable[[int, Path], None] | None = None,
         atomic: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> None:
+        """on_commit: a save was verified and published; on_verify_failed: it was quarantined (record.verdict
+        says why). before_verify(step, directory): runs on every rank between the write and its read-back (the
+        corrupt-shard and torn-save faults)."""
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         self.root = root
@@ -271,11 +316,16 @@ class _SaverBase:
         self.device = device
         self.slow_write_s = slow_write_s
         self.on_commit = on_commit
+        self.on_verify_failed = on_verify_failed
+        self.before_verify = before_verify
         self.atomic = atomic
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.records: list[SaveRecord] = []
         self.last_committed: int | None = None
+        self._extra: dict[str, ckpt_verify.FileDigest] = {}
+        # A save written and being read back in the background, with the verdict to come.
+        self._verifying: tuple[SaveRecord, Future[ckpt_verify.Verdict]] | None = None
 
     def _prepare(self, step: int) -> Path:
         """Empties the step directory (a leftover of an interrupted save of the same step), writes this rank's
@@ -287,19 +337,86 @@ class _SaverBase:
             directory.mkdir(parents=True)
         dist.barrier()
         extra = {"step": step, "data_step": step, "world_size": self.world_size, "rng": capture_rng()}
-        with (directory / EXTRA_FILE.format(rank=self.rank)).open("wb") as out:
-            torch.save(extra, out)
+        buffer = io.BytesIO()
+        torch.save(extra, buffer)
+        name = EXTRA_FILE.format(rank=self.rank)
+        with (directory / name).open("wb") as out:
+            out.write(buffer.getbuffer())
             out.flush()
             os.fsync(out.fileno())
+        self._extra = {name: ckpt_verify.hash_bytes(buffer.getvalue())}
         return directory
 
-    def _commit(self, record: SaveRecord) -> None:
+    def _read_back(
+        self,
+        record: SaveRecord,
+        written: Callable[[], dict[str, ckpt_verify.FileDigest]],
+        source: str,
+        wait: Future[Any] | None = None,
+    ) -> ckpt_verify.Verdict:
+        """This rank's verdict on its part of the save (background thread, or inline for the sync saver): waits
+        for the write (a failed write is a failed verdict, so every rank still agrees on the outcome), records the
+        manifest, reads every file back."""
+        extra = dict(self._extra)  # this save's: the next save replaces it only after this one is settled
+        if wait is not None:
+            try:
+                wait.result()
+            except (Exception, CheckpointException) as exc:  # DCP's exception derives from BaseException
+                # DCP's exception carries every failed rank's traceback: its last line names the error.
+                lines = str(exc).strip().splitlines() or [type(exc).__name__]
+                detail = f"rank {self.rank}: {lines[-1]}"
+                return ckpt_verify.Verdict(False, "write-failed", detail, 0, 0, 0.0)
+        record.written_at = time.time()
+        directory = step_dir(self.root, record.step)
+        expected = {**extra, **written()}
+        ckpt_verify.write_manifest(directory, self.rank, expected, source=source)
+        if self.before_verify is not None:
+            self.before_verify(record.step, directory)
+        return ckpt_verify.verify_rank(directory, self.rank, expected)
+
+    def _verify_done(self, blocking: bool) -> int | None:
+        """Publishes (or quarantines) the save being read back once every rank has its verdict; without
+        `blocking`, only if every rank already has. Every rank must call it at the same point."""
+        if self._verifying is None:
+            return None
+        record, future = self._verifying
+        if not blocking:
+            # All ranks must agree that their read-back is done before any publishes (MIN of "done" flags).
+            done = torch.tensor([1 if future.done() else 0], dtype=torch.int32, device=self.device)
+            dist.all_reduce(done, op=dist.ReduceOp.MIN)
+            if int(done.item()) == 0:
+                return None
+        self._verifying = None
+        self._publish(record, future.result())
+        return record.step
+
+    def _publish(self, record: SaveRecord, mine: ckpt_verify.Verdict) -> None:
+        """Every rank's verdict to every rank; rank 0 then writes COMMITTED if all verified, or renames the step
+        directory to DIR/quarantine/step_N.REASON. Collective."""
+        verdicts: list[ckpt_verify.Verdict | None] = [None] * self.world_size
+        dist.all_gather_object(verdicts, mine, group=self.group)
+        verdict = ckpt_verify.combine(v for v in verdicts if v is not None)
+        record.verdict, record.verify_s = verdict, verdict.seconds
+        directory = step_dir(self.root, record.step)
         if self.rank == 0:
             with self.atomic():
-                commit = Commit(step=record.step, world_size=self.world_size, finalized_at=time.time(), saver=self.name)
-                write_marker(step_dir(self.root, record.step), commit)
+                if verdict.ok:
+                    commit = Commit(
+                        step=record.step,
+                        world_size=self.world_size,
+                        finalized_at=time.time(),
+                        saver=self.name,
+                        verified=True,
+                    )
+                    write_marker(directory, commit)
+                else:
+                    record.quarantined = ckpt_verify.quarantine(directory, verdict.reason)
             cleanup(self.root, self.keep)
         dist.barrier()
+        if not verdict.ok:
+            if self.on_verify_failed is not None:
+                self.on_verify_failed(record)
+            return
         record.committed_at = time.time()
         self.last_committed = record.step
         if self.on_commit is not None:
@@ -321,8 +438,10 @@ class SyncSaver(_SaverBase):
         start = time.perf_counter()
         record = self._start_record(step)
         directory = self._prepare(step)
-        save(_dcp_state(state), storage_writer=_writer(directory, self.slow_write_s), process_group=self.group)
-        self._commit(record)
+        writer, hashed = _writer(directory, self.slow_write_s)
+        save(_dcp_state(state), storage_writer=writer, process_group=self.group)
+        # Sync: the read-back blocks like the write (the baseline the async savers are measured against).
+        self._publish(record, self._read_back(record, lambda: dict(hashed.digests), "write"))
         record.stall_s = time.perf_counter() - start
 
     def poll(self) -> int | None:
@@ -350,7 +469,7 @@ class TorchAsyncSaver(_SaverBase):
 
     def __init__(self, root: Path, **kwargs: Any) -> None:
         super().__init__(root, **kwargs)
-        self._pending: tuple[SaveRecord, Future[Any]] | None = None
+        self._upload: Future[Any] | None = None
         self._staging: tuple[SaveRecord, Future[Any]] | None = None
         cuda = self.device.type == "cuda"
         # Pinned memory and non-blocking copies need an accelerator (torch staging.py StagingOptions); shared memory
@@ -366,15 +485,16 @@ class TorchAsyncSaver(_SaverBase):
         self.finalize()
         record = self._start_record(step)
         directory = self._prepare(step)
+        writer, hashed = _writer(directory, self.slow_write_s)
         response = async_save(
-            _dcp_state(state),
-            storage_writer=_writer(directory, self.slow_write_s),
-            process_group=self.group,
-            async_stager=self._stager,
+            _dcp_state(state), storage_writer=writer, process_group=self.group, async_stager=self._stager
         )
         if not isinstance(response, AsyncSaveResponse):
             raise TypeError(f"async_save with a stager returned {type(response).__name__}, not AsyncSaveResponse")
-        self._pending = (record, response.upload_completion)
+        upload = response.upload_completion
+        self._upload = upload
+        verdict = in_background(lambda: self._read_back(record, lambda: dict(hashed.digests), "write", wait=upload))
+        self._verifying = (record, verdict)
         self._staging = (record, response.staging_completion)
         record.stall_s = time.perf_counter() - start
 
@@ -389,32 +509,22 @@ class TorchAsyncSaver(_SaverBase):
         return record
 
     def poll(self) -> int | None:
-        if self._pending is None:
-            return None
-        record, future = self._pending
-        start = time.perf_counter()
-        # All ranks must agree that their part is written before anyone commits (MIN of "done" flags).
-        done = torch.tensor([1 if future.done() else 0], dtype=torch.int32, device=self.device)
-        dist.all_reduce(done, op=dist.ReduceOp.MIN)
-        if int(done.item()) == 1:
-            return self._finish(start)
-        record.commit_wait_s += time.perf_counter() - start
-        return None
+        return self._settle(blocking=False)
 
     def finalize(self) -> int | None:
-        if self._pending is None:
-            return None
-        return self._finish(time.perf_counter())
+        return self._settle(blocking=True)
 
-    def _finish(self, start: float) -> int:
-        assert self._pending is not None
-        record, future = self._pending
-        self._pending = None
-        self._staging = None  # the write began after the copy ended
-        future.result()  # re-raises a failed write: the save is then never committed
-        self._commit(record)
+    def _settle(self, blocking: bool) -> int | None:
+        if self._verifying is None:
+            return None
+        record = self._verifying[0]
+        start = time.perf_counter()
+        step = self._verify_done(blocking)
+        if step is not None:
+            self._upload = None
+            self._staging = None  # the write began after the copy ended
         record.commit_wait_s += time.perf_counter() - start
-        return record.step
+        return step
 
     def close(self) -> None:
         self.finalize()
@@ -422,10 +532,10 @@ class TorchAsyncSaver(_SaverBase):
 
     def abandon(self) -> None:
         self._staging = None
-        if self._pending is None:
+        self._verifying = None
+        future, self._upload = self._upload, None
+        if future is None:
             return
-        _, future = self._pending
-        self._pending = None
         # The write's collectives fail once the process groups are torn down; do not hang on it.
         with contextlib.suppress(Exception):
             future.exception(timeout=5.0)
@@ -438,7 +548,11 @@ WRITER_POLL_S = 0.05
 class NvrxAsyncSaver(_SaverBase):
     """NVRx async_ckpt: FileSystemWriterAsync plans the save on the training thread, a persistent spawned process
     writes it (after copying GPU tensors to host memory itself, via preload_fn), and the finalize function (DCP
-    metadata, then our commit) runs on every rank through AsyncCallsQueue.maybe_finalize_async_calls.
+    metadata, then starting our read-back) runs on every rank through AsyncCallsQueue.maybe_finalize_async_calls;
+    the read-back runs in a thread and is published at a later poll, as with the torch saver. The writer process's
+    bytes cannot be hashed as written here: the manifest hashes the files once NVRx reports them written
+    (source "read-after-write"), and the read-back then catches what changes after that and, through the metadata,
+    any file shorter than the data it should hold.
 
     CUDA only: NVRx 0.7.0 checks completion across ranks, and finalizes, with tensors on torch.cuda.current_device()
     (async_ckpt/core.py, state_dict_saver.py save_state_dict_async_finalize), and its writer takes
@@ -479,7 +593,13 @@ class NvrxAsyncSaver(_SaverBase):
 
         def finalize_fn() -> None:
             save_state_dict_async_finalize(*plan)
-            self._commit(record)
+            self._verifying = (record, in_background(lambda: self._read_back(record, written, "read-after-write")))
+
+        def written() -> dict[str, ckpt_verify.FileDigest]:
+            names = [p.name for p in directory.glob(f"__{self.rank}_*")]
+            if self.rank == 0:
+                names.append(ckpt_verify.METADATA)
+            return {name: ckpt_verify.hash_file(directory / name) for name in names}
 
         request = AsyncRequest(save_fn, save_args, [finalize_fn], preload_fn=preload_fn)
         self._queue.schedule_async_request(request)
@@ -497,11 +617,14 @@ class NvrxAsyncSaver(_SaverBase):
             self._require_writer(record)
             time.sleep(WRITER_POLL_S)
             self._queue.maybe_finalize_async_calls(blocking=False, no_dist=False)
+        step = None
+        if self._queue.get_num_unfinalized_calls() == 0:
+            step = self._verify_done(blocking)
         record.commit_wait_s += time.perf_counter() - start
-        if self._queue.get_num_unfinalized_calls() > 0:
+        if step is None:
             return None
         self._pending = None
-        return record.step
+        return step
 
     def _require_writer(self, record: SaveRecord) -> None:
         caller = self._queue.persistent_caller
@@ -524,6 +647,7 @@ class NvrxAsyncSaver(_SaverBase):
 
     def abandon(self) -> None:
         self._pending = None
+        self._verifying = None
         caller = self._queue.persistent_caller
         if caller is not None and caller.process is not None:
             caller.process.kill()
@@ -556,18 +680,52 @@ class Restored:
 
 @dataclass(frozen=True)
 class Survey:
-    """What rank 0 found in the checkpoint directory before resuming."""
+    """What rank 0 found in the checkpoint directory before resuming: the newest verified step, the steps
+    without a marker, why it chose that step and what newer it passed over, and why."""
 
     latest: int | None
     incomplete: tuple[int, ...]
+    chosen_because: str = ""
+    skipped: tuple[str, ...] = ()
+
+
+def take_survey(root: Path) -> Survey:
+    committed = committed_steps(root)
+    latest = committed[-1] if committed else None
+    newer: list[tuple[int, str]] = []
+    no_marker: list[int] = []
+    for step, path in _step_dirs(root):
+        commit = read_marker(path)
+        if commit is None:
+            no_marker.append(step)
+        if latest is not None and step <= latest:
+            continue
+        if commit is None:
+            newer.append((step, f"step {step}: no {MARKER} marker (a save cut short)"))
+        elif not commit.verified:
+            newer.append((step, f"step {step}: committed but never verified (saved before verification)"))
+    for name in ckpt_verify.quarantined(root):
+        aside = parse_step(name.split(".", 1)[0])
+        if aside is not None and (latest is None or aside > latest):
+            newer.append((aside, f"step {aside}: quarantined as {ckpt_verify.QUARANTINE}/{name}"))
+    because = (
+        f"step {latest} is the newest checkpoint whose read-back verified"
+        if latest is not None
+        else "no verified checkpoint: starting from step 0"
+    )
+    return Survey(
+        latest=latest,
+        incomplete=tuple(no_marker),
+        chosen_because=because,
+        skipped=tuple(reason for _, reason in sorted(newer)),
+    )
 
 
 def survey(root: Path, group: dist.ProcessGroup | None = None) -> Survey:
     """Rank 0 looks, every rank gets the same answer (a shared filesystem may be listed at different moments)."""
     found: list[Survey | None] = [None]
     if dist.get_rank(group) == 0:
-        committed = committed_steps(root)
-        found[0] = Survey(latest=committed[-1] if committed else None, incomplete=tuple(incomplete_steps(root)))
+        found[0] = take_survey(root)
     dist.broadcast_object_list(found, group=group, group_src=0)
     result = found[0]
     assert result is not None

@@ -9,6 +9,10 @@ Kinds (all fire at the start of step N, before its forward pass, except kill-dur
   kill-during-save   SIGKILL right after the checkpoint of step N started, once this rank's shard files are on
                      disk but before the save is committed (training.nvrx_fsdp's test-only --ckpt-slow-write-s
                      keeps the save uncommitted for that long after the shards are written)
+  corrupt-shard      flips a byte of this rank's shard of the checkpoint of step N after it is written, before
+                     it is read back (training/ckpt_verify.py): the save must be quarantined, never published
+  torn-save          truncates that shard to half its length at the same moment, as a save torn by a failing
+                     file system leaves it
 
 A fault fires at most once per job, even across restarts: a marker file is created (O_EXCL) just before it fires,
 and an existing marker disarms it. This module imports nothing heavy, so tests can use it without torch.
@@ -30,6 +34,13 @@ class FaultKind(enum.StrEnum):
     EXCEPTION = "exception"
     HANG = "hang"
     KILL_DURING_SAVE = "kill-during-save"
+    CORRUPT_SHARD = "corrupt-shard"
+    TORN_SAVE = "torn-save"
+
+
+# Where a fault fires: before a step's forward pass, once the step's save has started, or between the save's
+# write and its read-back.
+PHASE = {FaultKind.KILL_DURING_SAVE: "save", FaultKind.CORRUPT_SHARD: "verify", FaultKind.TORN_SAVE: "verify"}
 
 
 KINDS = ", ".join(kind.value for kind in FaultKind)
@@ -88,17 +99,16 @@ def check_fault(spec: FaultSpec, *, steps: int, ckpt_every: int, ckpt_mode: str)
         raise FaultSpecError(
             f"--fault-step {spec.step} is past --steps {steps}, so the fault would never fire; pick 1..{steps}"
         )
-    if spec.kind is FaultKind.KILL_DURING_SAVE:
-        if spec.step % ckpt_every != 0 and spec.step != steps:
-            raise FaultSpecError(
-                f"--fault-step {spec.step} is not a checkpoint step, so --fault kill-during-save would never fire; "
-                f"use a multiple of --ckpt-every {ckpt_every} (or the last step, {steps})"
-            )
-        if ckpt_mode != "async":
-            raise FaultSpecError(
-                f"--fault kill-during-save needs --ckpt-mode async (got {ckpt_mode}): a sync save is committed "
-                "before the step loop goes on"
-            )
+    if spec.kind in PHASE and spec.step % ckpt_every != 0 and spec.step != steps:
+        raise FaultSpecError(
+            f"--fault-step {spec.step} is not a checkpoint step, so --fault {spec.kind.value} would never fire; "
+            f"use a multiple of --ckpt-every {ckpt_every} (or the last step, {steps})"
+        )
+    if spec.kind is FaultKind.KILL_DURING_SAVE and ckpt_mode != "async":
+        raise FaultSpecError(
+            f"--fault kill-during-save needs --ckpt-mode async (got {ckpt_mode}): a sync save is committed "
+            "before the step loop goes on"
+        )
 
 
 def check_rank(spec: FaultSpec, world_size: int) -> None:
@@ -157,29 +167,34 @@ class FaultInjector:
         self.rank = rank
         self.on_fire = on_fire
 
-    def armed(self, step: int, *, after_save: bool) -> bool:
+    def armed(self, step: int, *, phase: str) -> bool:
         spec = self.spec
         if spec is None or spec.rank != self.rank or spec.step != step:
             return False
-        if (spec.kind is FaultKind.KILL_DURING_SAVE) != after_save:
+        if PHASE.get(spec.kind, "step") != phase:
             return False
         assert self.marker is not None
         return not self.marker.exists()
 
     def before_step(self, step: int) -> None:
-        if self.armed(step, after_save=False):
+        if self.armed(step, phase="step"):
             self._fire()
+
+    def before_verify(self, step: int, damage: Callable[[FaultKind], None]) -> None:
+        """corrupt-shard, torn-save: `damage` damages this rank's written shard, before it is read back."""
+        if self.armed(step, phase="verify"):
+            self._fire(damage)
 
     def after_save_started(self, step: int, written: Callable[[], bool], wait_s: float = 60.0) -> None:
         """kill-during-save: waits (bounded) until this rank's part of the save is on disk, then kills."""
-        if not self.armed(step, after_save=True):
+        if not self.armed(step, phase="save"):
             return
         deadline = time.monotonic() + wait_s
         while not written() and time.monotonic() < deadline:
             time.sleep(0.01)
         self._fire()
 
-    def _fire(self) -> None:
+    def _fire(self, damage: Callable[[FaultKind], None] | None = None) -> None:
         spec, marker = self.spec, self.marker
         assert spec is not None
         assert marker is not None
@@ -191,5 +206,7 @@ class FaultInjector:
             kill_self()
         elif spec.kind is FaultKind.EXCEPTION:
             raise InjectedFaultError(f"injected fault: {spec}")
+        elif damage is not None:
+            damage(spec.kind)
         else:
             hang_forever()

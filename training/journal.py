@@ -23,15 +23,22 @@ class Event(StrEnum):
     START = "start"
     """A process began (rank, pid, process_start); one per rank per attempt and in-process iteration."""
     RESUMED = "resumed"
-    """Rank 0 loaded the newest complete checkpoint (step, ignored_incomplete)."""
+    """Rank 0 loaded the newest verified checkpoint (step, ignored_incomplete; chosen_because: why that one,
+    skipped: each newer step directory passed over and why)."""
     STEP = "step"
     """Rank 0 finished a step (step, seconds, loss)."""
     SAVE = "save"
     """Rank 0 started a checkpoint save (step, saver, stall_s: how long it blocked training)."""
     STAGED = "staged"
     """The next optimizer step waited for that save's copy of the state to end (step, wait_s)."""
+    VERIFIED = "verified"
+    """A save read back as written on every rank, and its metadata loaded (step, verify_s, files, bytes)."""
+    VERIFY_FAILED = "verify_failed"
+    """A save did not read back; it was renamed aside, never published (step, reason, detail, quarantined_to,
+    verify_s)."""
     COMMIT = "commit"
-    """A save became complete on storage (step, stall_s, commit_wait_s, and commit_fields: bytes, write_s)."""
+    """A verified save was published: its COMMITTED marker written (step, stall_s, commit_wait_s, and
+    commit_fields: bytes, write_s, the write's end taken before its read-back)."""
     FAULT = "fault"
     """An injected fault fired (fault, step, completed_steps, last_committed, files)."""
     FINISHED = "finished"
@@ -92,6 +99,36 @@ def _restart_kind(fault: dict[str, Any], resumed: dict[str, Any]) -> str:
     return "unknown"
 
 
+def verify_failures(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each save that failed its read-back, with what it cost: the stall of a save that protects nothing, and the
+    steps it should have protected (since the newest verified save before it) that a fault would now lose."""
+    context = ("run_id", "restart", "iteration")
+    stalls: dict[tuple[Any, ...], float] = {}
+    for e in events:
+        key = tuple(e.get(k) for k in (*context, "step"))
+        if e["event"] == Event.SAVE:
+            stalls[key] = stalls.get(key, 0.0) + float(e["stall_s"])
+        elif e["event"] == Event.STAGED:
+            stalls[key] = stalls.get(key, 0.0) + float(e["wait_s"])
+    out, protected = [], 0
+    for e in events:
+        if e["event"] == Event.RESUMED:
+            protected = int(e["step"])
+        elif e["event"] == Event.VERIFIED:
+            protected = max(protected, int(e["step"]))
+        elif e["event"] == Event.VERIFY_FAILED:
+            key = tuple(e.get(k) for k in (*context, "step"))
+            out.append(
+                {
+                    **{k: e.get(k) for k in ("step", "reason", "detail", "verify_s", "quarantined_to")},
+                    "stall_s": stalls.get(key, 0.0),
+                    "exposed_steps": int(e["step"]) - protected,
+                    **{k: e[k] for k in context},
+                }
+            )
+    return out
+
+
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-step times, saves, restarts and recoveries of the whole job, from its journal."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -103,6 +140,8 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     staged = {
         (e["run_id"], e["restart"], e["iteration"], e["step"]): e["wait_s"] for e in by_kind.get(Event.STAGED, [])
     }
+    verified = {(e["run_id"], e["restart"], e["iteration"], e["step"]) for e in by_kind.get(Event.VERIFIED, [])}
+    failed = {(e["run_id"], e["restart"], e["iteration"], e["step"]): e for e in by_kind.get(Event.VERIFY_FAILED, [])}
     saves = []
     for e in by_kind.get(Event.SAVE, []):
         key = (e["run_id"], e["restart"], e["iteration"], e["step"])
@@ -112,6 +151,8 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
                 **{k: e[k] for k in ("step", "saver", *context)},
                 "stall_s": e["stall_s"] + staged.get(key, 0.0),
                 "committed": key in committed,
+                "verified": key in verified,
+                "verify_failed": failed[key]["reason"] if key in failed else None,
             }
         )
     resumes = by_kind.get(Event.RESUMED, [])
@@ -133,13 +174,22 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
             )
         recoveries.append(entry)
     starts = [{k: e[k] for k in ("rank", "pid", "time", *context)} for e in by_kind.get(Event.START, [])]
+    resumed_fields = ("step", "ignored_incomplete", "time", *context)
     stalls = [s["stall_s"] for s in saves]
     return {
         "step_times": steps,
         "saves": saves,
         "save_stall_s": {"count": len(stalls), "median": _median(stalls), "max": max(stalls, default=None)},
         "recoveries": recoveries,
-        "resumes": [{k: r[k] for k in ("step", "ignored_incomplete", "time", *context)} for r in resumes],
+        "resumes": [
+            {
+                **{k: r[k] for k in resumed_fields},
+                "chosen_because": r.get("chosen_because"),
+                "skipped": r.get("skipped"),
+            }
+            for r in resumes
+        ],
+        "verify_failures": verify_failures(events),
         "starts": starts,
         "restarts": {
             "torchelastic": max((s["restart"] for s in starts), default=0),

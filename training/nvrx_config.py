@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from training import deadline, fabric_gate_config
-from training.faults import FaultSpec, check_fault, default_marker, parse_fault
+from training.faults import FaultKind, FaultSpec, check_fault, default_marker, parse_fault
 from training.journal import JOURNAL_FILE
 from training.rehearsal import cpu_rehearsal
 
@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     group = parser.add_argument_group("fault injection (tests, benchmarks)")
-    group.add_argument("--fault", default=None, help="kill | exception | hang | kill-during-save")
+    group.add_argument("--fault", default=None, help=" | ".join(FaultKind))
     group.add_argument("--fault-step", type=int, default=None, help="step (from 1) at whose start the fault fires")
     group.add_argument("--fault-rank", type=int, default=None, help="rank that fails (default 0)")
     group.add_argument("--fault-marker", type=Path, default=None, help="fire-once marker (default: in --ckpt-dir)")

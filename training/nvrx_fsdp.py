@@ -46,10 +46,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from transformers import AutoTokenizer, PreTrainedModel
 
 from training import checkpointing as ckpt
+from training import ckpt_verify, emf, fabric_gate
 from training import deadline as capacity
-from training import emf, fabric_gate
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
-from training.faults import FaultInjector, FaultKind, FaultSpec, check_rank
+from training.faults import PHASE, FaultInjector, FaultKind, FaultSpec, check_rank
 from training.fsdp import load_model, shard_model
 from training.journal import Event, Journal, commit_fields, read_journal, summarize
 from training.nvrx_config import (
@@ -189,6 +189,12 @@ def param_fingerprint(model: torch.nn.Module) -> tuple[str, int]:
     return digest.hexdigest(), numel
 
 
+def damage_shard(directory: Path, rank: int, kind: FaultKind) -> None:
+    """corrupt-shard / torn-save: flips a byte of, or truncates, this rank's first shard file."""
+    shard = min(directory.glob(f"__{rank}_*"))
+    (ckpt_verify.truncate if kind is FaultKind.TORN_SAVE else ckpt_verify.corrupt)(shard)
+
+
 def shard_written(directory: Path, rank: int) -> bool:
     """Whether DCP's FileSystemWriter has written this rank's shard file(s) (__RANK_N.distcp) in directory."""
     return any(directory.glob(f"__{rank}_*"))
@@ -259,6 +265,7 @@ class Session:
         self.source: BatchSource | None = None
         self.emf: emf.Emitter | None = None
         self.identity: emf.JobIdentity | None = None
+        self.injector: FaultInjector | None = None
 
     def _init_process_group(self) -> None:
         timeout = pg_timeout(self.job, self.plan)
@@ -308,10 +315,19 @@ class Session:
             self.clock_group = dist.new_group(backend="gloo")
             self._refuse_short_block(block, start)
         injector = FaultInjector(job.fault, marker=job.marker, rank=rank, on_fire=self._fault_logger(journal))
+        self.injector = injector
         self.heartbeats.start()
         loss = self._train(state, device, start, injector, journal, block)
         saver = self._saver()
         saver.finalize()
+        final = saver.records[-1] if saver.records else None
+        if final is not None and final.verdict is not None and not final.verdict.ok:
+            # Every rank holds the combined verdict: all raise, and the restart resumes from the newest published
+            # step and saves the final one again.
+            raise RuntimeError(
+                f"the final checkpoint (step {final.step}) failed verification ({final.verdict.reason}) and was not "
+                f"published; a restart resumes from step {saver.last_committed} and saves it again"
+            )
         self.heartbeats.beat()
         fingerprint, numel = param_fingerprint(state.model)
         saver.close()
@@ -355,6 +371,15 @@ class Session:
             saver.save(done, state)
         saver.finalize()
         dist.barrier(group=self.clock_group)
+        final = saver.records[-1] if saver.records else None
+        if final is not None and final.step == done and final.verdict is not None and not final.verdict.ok:
+            # No time is left to save again: say what the next capacity resumes from.
+            self._leave(
+                capacity.EXIT_STOPPED,
+                f"capacity block: the checkpoint of step {done} failed verification ({final.verdict.reason}) and "
+                f"was not published; stopped before the block's stop point; the next capacity resumes from step "
+                f"{saver.last_committed}",
+            )
         self._leave(
             capacity.EXIT_STOPPED,
             f"capacity block: checkpointed step {done} and stopped before the block's stop point; "
@@ -422,7 +447,12 @@ class Session:
 
         def on_commit(record: ckpt.SaveRecord) -> None:
             if rank == 0:
+                verdict = record.verdict
+                assert verdict is not None
                 assert record.committed_at is not None  # set by the commit
+                journal.event(
+                    Event.VERIFIED, step=record.step, verify_s=verdict.seconds, files=verdict.files, bytes=verdict.bytes
+                )
                 journal.event(
                     Event.COMMIT,
                     step=record.step,
@@ -431,13 +461,38 @@ class Session:
                     **commit_fields(
                         ckpt.step_dir(job.ckpt_dir, record.step),
                         started_at=record.started_at,
-                        committed_at=record.committed_at,
+                        # The write's throughput: up to the end of the write, not of its read-back.
+                        committed_at=record.written_at or record.committed_at,
                     ),
                 )
                 log(
                     f"checkpoint committed step {record.step} (stall {record.stall_s * 1e3:.1f} ms, commit wait "
-                    f"{record.commit_wait_s * 1e3:.1f} ms, {record.saver})"
+                    f"{record.commit_wait_s * 1e3:.1f} ms, read back in {verdict.seconds * 1e3:.1f} ms, "
+                    f"{record.saver})"
                 )
+
+        def on_verify_failed(record: ckpt.SaveRecord) -> None:
+            if rank == 0:
+                verdict = record.verdict
+                assert verdict is not None
+                where = str(record.quarantined.relative_to(job.ckpt_dir)) if record.quarantined else None
+                journal.event(
+                    Event.VERIFY_FAILED,
+                    step=record.step,
+                    reason=verdict.reason,
+                    detail=verdict.detail,
+                    quarantined_to=where,
+                    verify_s=verdict.seconds,
+                )
+                log(
+                    f"checkpoint of step {record.step} failed verification ({verdict.reason}: {verdict.detail}); "
+                    f"moved to {where}, not published; the newest published checkpoint is still step "
+                    f"{self._saver().last_committed}"
+                )
+
+        def before_verify(step: int, directory: Path) -> None:
+            if self.injector is not None:
+                self.injector.before_verify(step, functools.partial(damage_shard, directory, rank))
 
         self.saver = ckpt.make_saver(
             job.ckpt_mode,
@@ -448,6 +503,8 @@ class Session:
             device=device,
             slow_write_s=job.ckpt_slow_write_s,
             on_commit=on_commit,
+            on_verify_failed=on_verify_failed,
+            before_verify=before_verify,
             atomic=self._atomic,
         )
         return ckpt.TrainState(model=model, optimizer=self.optimizer), device
@@ -463,16 +520,24 @@ class Session:
             if found.incomplete:
                 steps = ", ".join(str(s) for s in found.incomplete)
                 log(f"ignoring incomplete checkpoint(s) at step {steps} (no {ckpt.MARKER} marker)")
+            for skipped in found.skipped:
+                log(f"skipped {skipped}")
             if restored is not None:
-                log(f"resume from step {start} ({restored.path}, saved by {restored.saver})")
+                log(f"resume from step {start} ({restored.path}, saved by {restored.saver}): {found.chosen_because}")
             else:
-                log(f"no complete checkpoint in {job.ckpt_dir}: starting from step 0")
-            journal.event(Event.RESUMED, step=start, ignored_incomplete=list(found.incomplete))
+                log(f"no verified checkpoint in {job.ckpt_dir}: starting from step 0")
+            journal.event(
+                Event.RESUMED,
+                step=start,
+                ignored_incomplete=list(found.incomplete),
+                chosen_because=found.chosen_because,
+                skipped=list(found.skipped),
+            )
         return start
 
     def _fault_logger(self, journal: Journal) -> Callable[[FaultSpec], None]:
         def on_fire(spec: FaultSpec) -> None:
-            completed = spec.step if spec.kind is FaultKind.KILL_DURING_SAVE else spec.step - 1
+            completed = spec.step if spec.kind in PHASE else spec.step - 1
             last = self._saver().last_committed
             files: list[str] = []
             if spec.kind is FaultKind.KILL_DURING_SAVE:

@@ -19,11 +19,13 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from training import checkpointing as ckpt
+from training import ckpt_verify
 from training.checkpointing import MARKER, Commit, TrainState
 
 
@@ -31,7 +33,9 @@ def commit_dir(root: Path, step: int, *, world_size: int = 2) -> Path:
     directory = ckpt.step_dir(root, step)
     directory.mkdir(parents=True)
     (directory / "__0_0.distcp").write_bytes(b"shard")
-    ckpt.write_marker(directory, Commit(step=step, world_size=world_size, finalized_at=time.time(), saver="sync"))
+    ckpt.write_marker(
+        directory, Commit(step=step, world_size=world_size, finalized_at=time.time(), saver="sync", verified=True)
+    )
     return directory
 
 
@@ -57,7 +61,7 @@ def test_step_directory_names() -> None:
 
 
 def test_marker_is_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    commit = Commit(step=4, world_size=2, finalized_at=1.5, saver="torch-async")
+    commit = Commit(step=4, world_size=2, finalized_at=1.5, saver="torch-async", verified=True)
     directory = partial_dir(tmp_path, 4)
     ckpt.write_marker(directory, commit)
     assert ckpt.read_marker(directory) == commit
@@ -66,6 +70,7 @@ def test_marker_is_written_atomically(tmp_path: Path, monkeypatch: pytest.Monkey
         "world_size": 2,
         "finalized_at": 1.5,
         "saver": "torch-async",
+        "verified": True,
     }
     assert sorted(p.name for p in directory.iterdir()) == [MARKER, "__0_0.distcp"], "no temporary file left behind"
 
@@ -77,7 +82,7 @@ def test_marker_is_written_atomically(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="power cut"):
-        ckpt.write_marker(other, Commit(step=6, world_size=2, finalized_at=2.0, saver="sync"))
+        ckpt.write_marker(other, Commit(step=6, world_size=2, finalized_at=2.0, saver="sync", verified=True))
     assert not (other / MARKER).exists()
     assert ckpt.read_marker(other) is None
     assert ckpt.latest_complete(tmp_path) == directory
@@ -101,6 +106,29 @@ def test_latest_complete_ignores_partial_and_stray_entries(tmp_path: Path) -> No
     assert ckpt.latest_complete(tmp_path) == newest
     assert ckpt.committed_steps(tmp_path) == [2, 4]
     assert ckpt.incomplete_steps(tmp_path) == [6, 8, 10]
+
+
+def test_resume_takes_the_newest_verified_step_and_says_what_it_skipped(tmp_path: Path) -> None:
+    commit_dir(tmp_path, 2)
+    newest = commit_dir(tmp_path, 4)
+    # A marker written before saves were verified (no `verified`): committed, never read back.
+    legacy = partial_dir(tmp_path, 6)
+    (legacy / MARKER).write_text(json.dumps({"step": 6, "world_size": 2, "finalized_at": 0, "saver": "sync"}))
+    partial_dir(tmp_path, 8)
+    quarantined = commit_dir(tmp_path, 10)
+    ckpt_verify.quarantine(quarantined, "hash-mismatch")
+
+    assert ckpt.latest_complete(tmp_path) == newest
+    found = ckpt.take_survey(tmp_path)
+    assert found.latest == 4
+    assert found.incomplete == (8,)
+    assert found.skipped == (
+        "step 6: committed but never verified (saved before verification)",
+        "step 8: no COMMITTED marker (a save cut short)",
+        "step 10: quarantined as quarantine/step_000000010.hash-mismatch",
+    )
+    assert found.chosen_because == "step 4 is the newest checkpoint whose read-back verified"
+    assert ckpt.take_survey(tmp_path / "empty").chosen_because == "no verified checkpoint: starting from step 0"
 
 
 def test_cleanup_keeps_the_newest_committed(tmp_path: Path) -> None:
@@ -278,7 +306,8 @@ def test_a_dead_nvrx_writer_fails_the_wait_instead_of_hanging_it() -> None:
 def test_load_without_a_committed_checkpoint_returns_none(ckpt_group: dist.ProcessGroup, tmp_path: Path) -> None:
     partial_dir(tmp_path, 2)
     assert ckpt.load(tmp_path, make_state(), ckpt_group) is None
-    assert ckpt.survey(tmp_path, ckpt_group) == ckpt.Survey(latest=None, incomplete=(2,))
+    found = ckpt.survey(tmp_path, ckpt_group)
+    assert (found.latest, found.incomplete) == (None, (2,))
 
 
 @pytest.mark.timeout(60)
@@ -314,3 +343,99 @@ def test_abandoned_save_is_never_committed(ckpt_group: dist.ProcessGroup, tmp_pa
     assert ckpt.latest_complete(tmp_path) is None
     assert ckpt.incomplete_steps(tmp_path) == [3]
     assert ckpt.load(tmp_path, state, ckpt_group) is None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["sync", "torch-async"])
+@pytest.mark.parametrize("damage", [ckpt_verify.corrupt, ckpt_verify.truncate])
+def test_a_save_damaged_before_its_read_back_is_quarantined_and_the_previous_one_resumed(
+    ckpt_group: dist.ProcessGroup, tmp_path: Path, name: str, damage: Any
+) -> None:
+    """The corrupt-shard and torn-save faults: the shard changes after the write, before verification."""
+    state = make_state()
+    published: list[int] = []
+    failed: list[ckpt.SaveRecord] = []
+
+    def before_verify(step: int, directory: Path) -> None:
+        if step == 4:
+            damage(next(directory.glob("__0_*.distcp")))
+
+    saver = new_saver(
+        name,
+        tmp_path,
+        ckpt_group,
+        on_commit=lambda record: published.append(record.step),
+        on_verify_failed=failed.append,
+        before_verify=before_verify,
+    )
+    try:
+        saver.save(2, state)
+        saved = snapshot(state)
+        saver.finalize()
+        train(state)
+        saver.save(4, state)
+        saver.finalize()
+    finally:
+        saver.close()
+    assert published == [2]
+    (record,) = failed
+    reason = "hash-mismatch" if damage is ckpt_verify.corrupt else "torn"
+    assert record.verdict is not None
+    assert (record.step, record.verdict.reason) == (4, reason)
+    assert "__0_0.distcp" in record.verdict.detail
+    assert record.quarantined == tmp_path / "quarantine" / f"step_000000004.{reason}"
+    assert saver.last_committed == 2
+    assert ckpt.committed_steps(tmp_path) == [2]
+    assert not ckpt.step_dir(tmp_path, 4).exists()
+    restored = ckpt.load(tmp_path, state, ckpt_group)
+    assert restored is not None
+    assert restored.step == 2
+    assert_same(snapshot(state), saved)
+
+
+def test_every_published_save_was_verified_first(ckpt_group: dist.ProcessGroup, tmp_path: Path) -> None:
+    state = make_state()
+    saver = new_saver("torch-async", tmp_path, ckpt_group)
+    try:
+        saver.save(2, state)
+        saver.finalize()
+    finally:
+        saver.close()
+    record = saver.records[-1]
+    assert record.verdict is not None
+    assert record.verdict.ok
+    assert record.verdict.files == 3  # the shard, .metadata, the extras
+    assert record.verify_s > 0
+    marker = ckpt.read_marker(ckpt.step_dir(tmp_path, 2))
+    assert marker is not None
+    assert marker.verified
+    assert ckpt_verify.verify_rank(ckpt.step_dir(tmp_path, 2), 0).ok, "the manifest stays for a later audit"
+
+
+@pytest.mark.timeout(60)
+def test_an_async_save_whose_write_fails_is_quarantined_not_raised(
+    ckpt_group: dist.ProcessGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full file system: every rank gets a failed verdict, so all agree, and training goes on to the next save."""
+    state = make_state()
+    failed: list[ckpt.SaveRecord] = []
+    saver = new_saver("torch-async", tmp_path, ckpt_group, on_verify_failed=failed.append)
+
+    def no_space(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(FileSystemWriter, "write_data", no_space)
+            saver.save(2, state)
+            assert saver.finalize() == 2
+        saver.save(4, state)
+        assert saver.finalize() == 4
+    finally:
+        saver.close()
+    (record,) = failed
+    assert record.verdict is not None
+    assert (record.step, record.verdict.reason) == (2, "write-failed")
+    assert record.verdict.detail == "rank 0: OSError: [Errno 28] No space left on device"
+    assert ckpt_verify.quarantined(tmp_path) == ["step_000000002.write-failed"]
+    assert ckpt.committed_steps(tmp_path) == [4]

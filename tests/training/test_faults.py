@@ -35,7 +35,7 @@ def test_parse_fault_reads_the_three_flags() -> None:
 @pytest.mark.parametrize(
     ("kind", "step", "rank", "expected"),
     [
-        ("explode", 3, 0, ["--fault 'explode'", "kill, exception, hang, kill-during-save"]),
+        ("explode", 3, 0, ["--fault 'explode'", "kill, exception, hang, kill-during-save, corrupt-shard, torn-save"]),
         ("kill", None, 0, ["--fault kill needs --fault-step N"]),
         ("kill", 0, 0, ["--fault-step 0", "count from 1", "--fault-step 3"]),
         ("exception", -2, 0, ["--fault-step -2"]),
@@ -103,6 +103,27 @@ def test_kill_during_save_waits_until_the_shards_are_written(tmp_path: Path, mon
     assert len(kills) == 1
     injector.after_save_started(4, written=written)
     assert len(kills) == 1
+
+
+@pytest.mark.parametrize("kind", [FaultKind.CORRUPT_SHARD, FaultKind.TORN_SAVE])
+def test_damage_faults_hit_a_written_checkpoint_once_before_its_read_back(tmp_path: Path, kind: FaultKind) -> None:
+    spec = parse_fault(kind.value, 4, 1)
+    assert spec == FaultSpec(kind, 4, 1)
+    with pytest.raises(FaultSpecError, match=rf"--fault-step 3 is not a checkpoint step, so --fault {kind.value}"):
+        check_fault(FaultSpec(kind, 3, 1), steps=10, ckpt_every=2, ckpt_mode="sync")
+    check_fault(spec, steps=10, ckpt_every=2, ckpt_mode="sync")  # any save mode: both are verified
+    fired: list[FaultSpec] = []
+    damaged: list[FaultKind] = []
+    injector = FaultInjector(spec, marker=tmp_path / "m", rank=1, on_fire=fired.append)
+    injector.before_step(4)
+    injector.after_save_started(4, written=lambda: True)
+    injector.before_verify(2, damaged.append)
+    FaultInjector(spec, marker=tmp_path / "m", rank=0).before_verify(4, damaged.append)
+    assert (fired, damaged) == ([], [])
+    injector.before_verify(4, damaged.append)
+    assert (fired, damaged) == ([spec], [kind])
+    injector.before_verify(4, damaged.append)
+    assert damaged == [kind], "once per job"
 
 
 CHILD = """

@@ -133,9 +133,10 @@ def test_summarize_measures_recovery_from_the_journal() -> None:
         {"event": "resumed", "time": 10.5, "step": 2, "ignored_incomplete": [4], **later},
     ]
     summary = summarize(events)
+    unchecked = {"verified": False, "verify_failed": None}  # a journal without read-back events
     assert summary["saves"] == [
-        {"step": 2, "saver": "sync", "stall_s": 0.5, "committed": True, **ctx},
-        {"step": 4, "saver": "sync", "stall_s": 0.25, "committed": False, **ctx},
+        {"step": 2, "saver": "sync", "stall_s": 0.5, "committed": True, **unchecked, **ctx},
+        {"step": 4, "saver": "sync", "stall_s": 0.25, "committed": False, **unchecked, **ctx},
     ]
     assert summary["save_stall_s"] == {"count": 2, "median": 0.375, "max": 0.5}
     (recovery,) = summary["recoveries"]
@@ -162,6 +163,9 @@ def reference(nvrx_reference: NvrxRun) -> dict[str, Any]:
     assert metrics["restarts"] == {"torchelastic": 0, "inprocess_iterations": 0, "launches": 1}
     assert [s["step"] for s in metrics["saves"]] == [2, 4, 6, 8]
     assert all(s["committed"] for s in metrics["saves"])
+    # Every save was read back on both ranks before it was published (training/ckpt_verify.py).
+    assert all(s["verified"] for s in metrics["saves"])
+    assert metrics["verify_failures"] == []
     assert len(metrics["param_sha256"]) == 64
     return metrics
 
@@ -239,6 +243,9 @@ def test_kill_during_async_save_never_loads_the_partial_checkpoint(
     assert resumes == [(0, []), (4, [6])]
     assert "ignoring incomplete checkpoint(s) at step 6 (no COMMITTED marker)" in log
     assert "resume from step 4" in log
+    resumed = run["resumes"][1]
+    assert resumed["chosen_because"] == "step 4 is the newest checkpoint whose read-back verified"
+    assert resumed["skipped"] == ["step 6: no COMMITTED marker (a save cut short)"]
     # The step-6 checkpoint that exists now is the one saved again after the restart.
     saves6 = [s for s in run["saves"] if s["step"] == 6]
     assert [(s["restart"], s["committed"]) for s in saves6] == [(0, False), (1, True)]

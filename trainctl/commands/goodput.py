@@ -4,13 +4,13 @@
     trainctl goodput ray-result.json --instance-type g6.12xlarge --nodes 2 --json --chart goodput.png
 
 Inputs: the NVRx job's metrics journal (training/journal.py `Event`: start, resumed, step, save,
-commit, fault, finished) or the Ray fine-tune's step reports (the `history` of its --output-json, or
-a JSON-lines file of reports with `step`, `step_time_s`, `time`, `process_start`).
+staged, verified, verify_failed, commit, fault, finished) or the Ray fine-tune's step reports (the
+`history` of its --output-json, or a JSON-lines file of reports with `step`, `step_time_s`, `time`, `process_start`).
 
 The wall time, from the first process start (/proc, recorded in the start events) to the last event,
 is partitioned: every instant belongs to exactly one cause, by priority where intervals overlap
-(fault detection > recomputed steps > checkpoint stall > slow steps > productive > fault recovery >
-start-up > finalize), and what no interval covers is reported as `unattributed`, so the causes add up
+(fault detection > recomputed steps > failed checkpoint > checkpoint stall > slow steps > productive >
+fault recovery > start-up > finalize), and what no interval covers is reported as `unattributed`, so the causes add up
 to the wall time by construction and the remainder shows what the journal does not explain.
 
 - start-up: process start to the first step of the first attempt (imports, model load, sharding,
@@ -20,6 +20,8 @@ to the wall time by construction and the remainder shows what the journal does n
 - fault recovery: the next attempt's start to its first step (reload, resume from the checkpoint);
 - recomputed: executions of steps that a later resume threw away (steps after the checkpoint it
   resumed from), which are run again;
+- failed checkpoint: the time a save blocked training whose read-back then failed (quarantined, never
+  published); each such save is also listed with the steps it left unprotected;
 - checkpoint stall: the time a save blocked training;
 - slow steps: the part of a step beyond the baseline step time (given, or the job's median step);
 - finalize: after the last step (final save, parameter fingerprint, shutdown).
