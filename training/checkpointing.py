@@ -13,8 +13,8 @@ save has finished (for async saves: after the background write has finalized on 
 written (each rank re-reads its files against the hashes taken as they were written; rank 0 also loads the DCP
 metadata). The read-back runs in a background thread once the write is done, like the write itself; the step loop
 only polls for its verdict. A save that fails it is renamed to DIR/quarantine/ and never published. A directory
-without the marker (a save cut short by a crash), or with one that does not say `verified` (written before saves
-were verified), is never loaded, and later cleaned up.
+without the marker (a save cut short by a crash) is never loaded, and later cleaned up. A marker written before saves
+were verified (no `verified` key) is loaded only if its DCP metadata loads and every file it names is whole.
 
 Three savers share one interface (`Saver`):
   * TorchAsyncSaver: torch.distributed.checkpoint.async_save (stages to CPU memory in a thread while the next step's
@@ -83,6 +83,8 @@ class Commit:
     finalized_at: float
     saver: str
     verified: bool = False
+    legacy: bool = False
+    """The marker predates verification (no `verified` key): no hashes to compare; never written."""
 
     def __post_init__(self) -> None:
         if self.step < 0 or self.world_size < 1:
@@ -101,7 +103,7 @@ def write_marker(directory: Path, commit: Commit) -> None:
     """Writes COMMITTED atomically: a reader sees either no marker or the whole one, even across a crash."""
     tmp = directory / f".{MARKER}.tmp-{os.getpid()}"
     with tmp.open("w", encoding="utf-8") as out:
-        json.dump(asdict(commit), out)
+        json.dump({k: v for k, v in asdict(commit).items() if k != "legacy"}, out)
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, directory / MARKER)
@@ -118,6 +120,7 @@ def read_marker(directory: Path) -> Commit | None:
             finalized_at=float(raw["finalized_at"]),
             saver=str(raw["saver"]),
             verified=raw.get("verified") is True,
+            legacy="verified" not in raw,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -133,7 +136,11 @@ def _step_dirs(root: Path) -> list[tuple[int, Path]]:
 
 def _published(path: Path) -> bool:
     commit = read_marker(path)
-    return commit is not None and commit.verified
+    if commit is None:
+        return False
+    # A save committed before saves were verified has no hashes; its metadata and the files it names are checked, so
+    # that a job upgraded mid-run resumes from it rather than from step 0.
+    return commit.verified or (commit.legacy and ckpt_verify.check_metadata(path).ok)
 
 
 def committed_steps(root: Path) -> list[int]:
@@ -702,17 +709,31 @@ def take_survey(root: Path) -> Survey:
             continue
         if commit is None:
             newer.append((step, f"step {step}: no {MARKER} marker (a save cut short)"))
+        elif commit.legacy:
+            reason = ckpt_verify.check_metadata(path).reason
+            newer.append(
+                (
+                    step,
+                    f"step {step}: committed before saves were verified, and its metadata does not check out "
+                    f"({reason})",
+                )
+            )
         elif not commit.verified:
-            newer.append((step, f"step {step}: committed but never verified (saved before verification)"))
+            newer.append((step, f"step {step}: committed but never verified"))
     for name in ckpt_verify.quarantined(root):
         aside = parse_step(name.split(".", 1)[0])
         if aside is not None and (latest is None or aside > latest):
             newer.append((aside, f"step {aside}: quarantined as {ckpt_verify.QUARANTINE}/{name}"))
-    because = (
-        f"step {latest} is the newest checkpoint whose read-back verified"
-        if latest is not None
-        else "no verified checkpoint: starting from step 0"
-    )
+    chosen = read_marker(step_dir(root, latest)) if latest is not None else None
+    if chosen is None:
+        because = "no verified checkpoint: starting from step 0"
+    elif chosen.verified:
+        because = f"step {latest} is the newest checkpoint whose read-back verified"
+    else:
+        because = (
+            f"step {latest} was committed before saves were verified: its metadata loads and every file it names is "
+            "whole (no hashes to compare)"
+        )
     return Survey(
         latest=latest,
         incomplete=tuple(no_marker),

@@ -123,12 +123,49 @@ def test_resume_takes_the_newest_verified_step_and_says_what_it_skipped(tmp_path
     assert found.latest == 4
     assert found.incomplete == (8,)
     assert found.skipped == (
-        "step 6: committed but never verified (saved before verification)",
+        "step 6: committed before saves were verified, and its metadata does not check out (metadata-unloadable)",
         "step 8: no COMMITTED marker (a save cut short)",
         "step 10: quarantined as quarantine/step_000000010.hash-mismatch",
     )
     assert found.chosen_because == "step 4 is the newest checkpoint whose read-back verified"
     assert ckpt.take_survey(tmp_path / "empty").chosen_because == "no verified checkpoint: starting from step 0"
+
+
+def legacy_dir(root: Path, step: int) -> Path:
+    """A save committed by the code before verification: a real DCP checkpoint, a marker without `verified`."""
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    directory = ckpt.step_dir(root, step)
+    directory.mkdir(parents=True)
+    save({"w": torch.ones(4, 4), "step": step}, storage_writer=FileSystemWriter(directory), no_dist=True)
+    (directory / MARKER).write_text(json.dumps({"step": step, "world_size": 1, "finalized_at": 0, "saver": "sync"}))
+    return directory
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_an_upgrade_resumes_from_the_newest_checkpoint_saved_before_verification(tmp_path: Path) -> None:
+    """Saves from before verification have no hashes to compare, but their metadata and files can be checked: a job
+    upgraded mid-run resumes from them instead of from step 0; a newer verified save still wins."""
+    commit_dir(tmp_path, 2)
+    legacy_dir(tmp_path, 6)
+    found = ckpt.take_survey(tmp_path)
+    assert found.latest == 6
+    assert found.chosen_because == (
+        "step 6 was committed before saves were verified: its metadata loads and every file it names is whole "
+        "(no hashes to compare)"
+    )
+    assert ckpt.latest_complete(tmp_path) == ckpt.step_dir(tmp_path, 6)
+    commit_dir(tmp_path, 8)
+    assert ckpt.take_survey(tmp_path).latest == 8
+    shard = next(ckpt.step_dir(tmp_path, 6).glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:8])  # torn after the fact: not loadable, not chosen
+    (ckpt.step_dir(tmp_path, 8) / MARKER).unlink()
+    torn = ckpt.take_survey(tmp_path)
+    assert torn.latest == 2
+    assert any(
+        reason.startswith("step 6: committed before saves were verified, and its metadata does not check out (torn")
+        for reason in torn.skipped
+    ), torn.skipped
 
 
 def test_cleanup_keeps_the_newest_committed(tmp_path: Path) -> None:
