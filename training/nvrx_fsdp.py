@@ -46,7 +46,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from transformers import AutoTokenizer, PreTrainedModel
 
 from training import checkpointing as ckpt
-from training import ckpt_verify, emf, fabric_gate
+from training import ckpt_verify, emf, fabric_gate, savers
 from training import deadline as capacity
 from training.data import BatchSource, PackedBatches, SyntheticBatches, read_texts, tokenize_texts
 from training.faults import PHASE, FaultInjector, FaultKind, FaultSpec, check_rank
@@ -258,7 +258,7 @@ class Session:
         self.heartbeats = Heartbeats()
         self.model: PreTrainedModel | None = None
         self.optimizer: torch.optim.Optimizer | None = None
-        self.saver: ckpt.Saver | None = None
+        self.saver: savers.Saver | None = None
         self.ckpt_group: dist.ProcessGroup | None = None
         # The Capacity Block clock's own gloo group: the async saver's threads run collectives on ckpt_group.
         self.clock_group: dist.ProcessGroup | None = None
@@ -421,7 +421,7 @@ class Session:
         """Tokens of one optimizer step over every rank."""
         return self.job.batch_size * self.job.seq_len * dist.get_world_size()
 
-    def _saver(self) -> ckpt.Saver:
+    def _saver(self) -> savers.Saver:
         assert self.saver is not None
         return self.saver
 
@@ -445,7 +445,7 @@ class Session:
         self.model = model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr)
 
-        def on_commit(record: ckpt.SaveRecord) -> None:
+        def on_commit(record: savers.SaveRecord) -> None:
             if rank == 0:
                 verdict = record.verdict
                 assert verdict is not None
@@ -471,7 +471,7 @@ class Session:
                     f"{record.saver})"
                 )
 
-        def on_verify_failed(record: ckpt.SaveRecord) -> None:
+        def on_verify_failed(record: savers.SaveRecord) -> None:
             if rank == 0:
                 verdict = record.verdict
                 assert verdict is not None
@@ -494,7 +494,7 @@ class Session:
             if self.injector is not None:
                 self.injector.before_verify(step, functools.partial(damage_shard, directory, rank))
 
-        self.saver = ckpt.make_saver(
+        self.saver = savers.make_saver(
             job.ckpt_mode,
             job.ckpt_saver,
             job.ckpt_dir,

@@ -24,7 +24,7 @@ from infra.spec.environments import (
 BYTES_PER_PARAMETER = 12
 
 # A save must be written within this fraction of the interval between saves. The async saver writes while training
-# goes on, and the next save first waits for the previous one (training/checkpointing.py TorchAsyncSaver.save), so 1.0
+# goes on, and the next save first waits for the previous one (training/savers.py TorchAsyncSaver.save), so 1.0
 # is where saves pile up and stall the loop. Half leaves the file system room for the other half of its work in that
 # interval: reading the save back to verify it (as many bytes again, issue 36), a restarting rank's model load and data
 # reads, the Ray fine-tune on the same file system, and a write baseline that a busy file system does not exceed.

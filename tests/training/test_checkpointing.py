@@ -25,7 +25,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from training import checkpointing as ckpt
-from training import ckpt_verify
+from training import ckpt_verify, savers
 from training.checkpointing import MARKER, Commit, TrainState
 
 
@@ -238,10 +238,10 @@ def draw() -> tuple[list[float], float, float]:
     return torch.rand(3).tolist(), random.random(), float(np.random.rand())
 
 
-def new_saver(name: str, root: Path, group: dist.ProcessGroup, **kwargs: Any) -> ckpt.Saver:
+def new_saver(name: str, root: Path, group: dist.ProcessGroup, **kwargs: Any) -> savers.Saver:
     mode: Literal["async", "sync"] = "sync" if name == "sync" else "async"
     backend: Literal["torch", "nvrx"] = "nvrx" if name == "nvrx-async" else "torch"
-    return ckpt.make_saver(mode, backend, root, keep=2, group=group, device=torch.device("cpu"), **kwargs)
+    return savers.make_saver(mode, backend, root, keep=2, group=group, device=torch.device("cpu"), **kwargs)
 
 
 @pytest.mark.timeout(120)
@@ -334,10 +334,10 @@ def test_a_dead_nvrx_writer_fails_the_wait_instead_of_hanging_it() -> None:
     writer = multiprocessing.get_context("spawn").Process(target=os._exit, args=(3,))
     writer.start()
     writer.join()
-    saver = ckpt.NvrxAsyncSaver.__new__(ckpt.NvrxAsyncSaver)
+    saver = savers.NvrxAsyncSaver.__new__(savers.NvrxAsyncSaver)
     saver._queue = SimpleNamespace(persistent_caller=SimpleNamespace(process=writer))
     with pytest.raises(RuntimeError, match=rf"writer \(pid {writer.pid}\) exited with code 3 before .* step 7"):
-        saver._require_writer(ckpt.SaveRecord(step=7, saver="nvrx-async"))
+        saver._require_writer(savers.SaveRecord(step=7, saver="nvrx-async"))
 
 
 def test_load_without_a_committed_checkpoint_returns_none(ckpt_group: dist.ProcessGroup, tmp_path: Path) -> None:
@@ -391,7 +391,7 @@ def test_a_save_damaged_before_its_read_back_is_quarantined_and_the_previous_one
     """The corrupt-shard and torn-save faults: the shard changes after the write, before verification."""
     state = make_state()
     published: list[int] = []
-    failed: list[ckpt.SaveRecord] = []
+    failed: list[savers.SaveRecord] = []
 
     def before_verify(step: int, directory: Path) -> None:
         if step == 4:
@@ -455,7 +455,7 @@ def test_an_async_save_whose_write_fails_is_quarantined_not_raised(
 ) -> None:
     """A full file system: every rank gets a failed verdict, so all agree, and training goes on to the next save."""
     state = make_state()
-    failed: list[ckpt.SaveRecord] = []
+    failed: list[savers.SaveRecord] = []
     saver = new_saver("torch-async", tmp_path, ckpt_group, on_verify_failed=failed.append)
 
     def no_space(*args: Any, **kwargs: Any) -> Any:
