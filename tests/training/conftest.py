@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.nvrx_runs import NvrxRun, launch
+from tests.training.nvrx_runs import NvrxRun, launch, store_addr
 from tests.training.tiny import corpus_lines, save_tiny_model
 
 
@@ -41,7 +41,17 @@ def nvrx_exception(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
     return launch(
         tmp_path_factory.mktemp("exception"),
         tiny_model_dir,
-        *("--fault", "exception", "--fault-step", "6", "--fault-rank", "1", "--inprocess"),
+        *(
+            "--fault",
+            "exception",
+            "--fault-step",
+            "6",
+            "--fault-rank",
+            "1",
+            "--inprocess",
+            "--store-addr",
+            store_addr(),
+        ),
         *("--inprocess-soft-timeout", "5", "--inprocess-hard-timeout", "10", "--inprocess-barrier-timeout", "20"),
         max_restarts=0,  # the job only succeeds if the Wrapper recovers without the launcher
     )

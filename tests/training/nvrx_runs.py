@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,6 +38,23 @@ class NvrxRun:
 
 
 @starts_training_processes
+def store_addr() -> str:
+    """--store-addr for an --inprocess run: two free ports (the base store's and the Wrapper's, PORT + 1) below the
+    kernel's ephemeral range (32768-60999 here), where no client socket of another test can take them between this
+    check and the bind. The default, ft_launcher's MASTER_PORT + 1 under --standalone, lies inside that range and
+    failed once with EADDRINUSE while other tests ran."""
+    for _ in range(100):
+        port = random.randrange(20000, 32000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return f"127.0.0.1:{port}"
+    raise RuntimeError("no two free ports between 20000 and 32000")
+
+
 def launch(out: Path, model_dir: Path, *extra: str, max_restarts: int = 2, ft: tuple[str, ...] = ()) -> NvrxRun:
     metrics = out / "metrics.json"
     argv = [
