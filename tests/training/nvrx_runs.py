@@ -37,7 +37,6 @@ class NvrxRun:
     emf: list[dict[str, Any]]
 
 
-@starts_training_processes
 def store_addr() -> str:
     """--store-addr for an --inprocess run: two free ports (the base store's and the Wrapper's, PORT + 1) below the
     kernel's ephemeral range (32768-60999 here), where no client socket of another test can take them between this
@@ -55,6 +54,7 @@ def store_addr() -> str:
     raise RuntimeError("no two free ports between 20000 and 32000")
 
 
+@starts_training_processes
 def launch(out: Path, model_dir: Path, *extra: str, max_restarts: int = 2, ft: tuple[str, ...] = ()) -> NvrxRun:
     metrics = out / "metrics.json"
     argv = [
