@@ -4,6 +4,7 @@ rule matches - and the next run resumes from that checkpoint and ends bit-identi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]  # pinned in requirements-dev.txt (NVRx imports it); no stubs
 import pytest
 
 from tests.tiers import starts_training_processes
@@ -32,10 +34,26 @@ def pod_entry(out: Path, model_dir: Path, env: dict[str, str]) -> tuple[int, str
         *("--ckpt-dir", str(out / "ckpt"), "--metrics-file", str(out / "metrics.json")),
     ]
     began = time.monotonic()
-    done = subprocess.run(
-        argv, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120, check=False
-    )
-    return done.returncode, done.stdout + done.stderr, time.monotonic() - began
+    log = out / "pod-entry.log"
+    with log.open("w") as sink:
+        entry = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env}, stdout=sink, stderr=subprocess.STDOUT)
+        # The pod ends when its entry does: the container's end takes every process left in it. Here the launcher's
+        # helpers (its workers run in sessions of their own) may outlive the entry, so they are gathered while it runs
+        # and ended with it; waiting on the output pipe instead hung until they went (seen once, 120 s).
+        family: dict[int, psutil.Process] = {}
+        deadline_s = began + 120
+        while entry.poll() is None:
+            if time.monotonic() > deadline_s:
+                entry.kill()
+                raise AssertionError(f"the pod entry ran past 120 s:\n{log.read_text()[-6000:]}")
+            with contextlib.suppress(psutil.NoSuchProcess):
+                family.update((p.pid, p) for p in psutil.Process(entry.pid).children(recursive=True))
+            time.sleep(0.1)
+        seconds = time.monotonic() - began
+        for process in family.values():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+    return entry.returncode, log.read_text(), seconds
 
 
 @pytest.mark.timeout(300)
