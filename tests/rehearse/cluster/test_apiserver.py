@@ -251,6 +251,19 @@ def test_the_controllers_quota_move_reaches_the_kueue_model_and_a_stale_version_
     assert queued.kueue.queues.cluster_queues["gpu-g6"].nominal(group.flavor, "nvidia.com/gpu") == 12
 
 
+def test_a_stop_policy_patch_reaches_the_kueue_model_and_the_queue_reports_it_inactive(queued: ClusterApi) -> None:
+    controller = client(queued, *CONTROLLER)
+    assert queued.kueue is not None
+    controller.request("PATCH", QUEUE, {"spec": {"stopPolicy": "Hold"}}, MERGE_PATCH)
+    assert queued.kueue.queues.cluster_queues["gpu-g6"].stop_policy == "Hold"
+    (active,) = controller.get(QUEUE)["status"]["conditions"]
+    assert (active["type"], active["status"], active["reason"]) == ("Active", "False", "Stopped")
+    assert active["message"] == "Can't admit new workloads: is stopped."
+    controller.request("PATCH", QUEUE, {"spec": {"stopPolicy": None}}, MERGE_PATCH)
+    assert queued.kueue.queues.cluster_queues["gpu-g6"].stop_policy == "None"
+    assert controller.get(QUEUE)["status"]["conditions"][0]["reason"] == "Ready"
+
+
 def test_a_clusterqueue_patch_beyond_annotations_and_quota_is_not_emulated(queued: ClusterApi) -> None:
     controller = client(queued, *CONTROLLER)
     with pytest.raises(KubeError, match="HTTP 501"):
