@@ -475,7 +475,7 @@ def stopped(kueue: Kueue, policy: str, queue: str = "gpu-g6") -> Kueue:
 
 def test_a_held_queue_reserves_nothing_until_its_stop_policy_is_none_again() -> None:
     """A stopped ClusterQueue is inactive (pkg/cache/scheduler/clusterqueue.go): no head is taken from it."""
-    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"], {"g6": 2}))
     next(o for o in objects if o["kind"] == "ClusterQueue")["spec"]["stopPolicy"] = "Hold"
     kueue = Kueue(Queues.from_objects(objects), rendered_config("dev"))
     job = gpu_job("held")
