@@ -58,7 +58,7 @@ Sources (kubernetes-sigs/kueue, tag v0.19.2):
 
 Not modelled (refused with `UnsupportedError` where a manifest or queue asks for it): cohorts and
 borrowing, preemption, fair sharing, admission checks, topology-aware scheduling, partial admission,
-LimitRanges, WorkloadPriorityClasses, pod-level resources, manageJobsWithoutQueueName.
+LimitRanges, WorkloadPriorityClasses, pod-level resources, manageJobsWithoutQueueName, a LocalQueue's stopPolicy.
 """
 
 from __future__ import annotations
@@ -355,6 +355,8 @@ class Queues:
                     stop_policy=stop_policy,
                 )
             elif kind == "LocalQueue":
+                if spec.get("stopPolicy", "None") != "None":
+                    raise UnsupportedError(f"LocalQueue {meta['name']}: stopPolicy {spec['stopPolicy']}")
                 local[(meta["namespace"], meta["name"])] = spec["clusterQueue"]
             else:
                 raise KueueError(f"{kind} {meta.get('name')}: not a Kueue queue object")

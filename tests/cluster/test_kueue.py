@@ -533,6 +533,10 @@ def test_a_stop_policy_kueue_does_not_know_is_refused() -> None:
     next(o for o in objects if o["kind"] == "ClusterQueue")["spec"]["stopPolicy"] = "Drain"
     with pytest.raises(KueueError, match=r"ClusterQueue gpu-g6: stopPolicy 'Drain': None, Hold or HoldAndDrain"):
         Queues.from_objects(objects)
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    next(o for o in objects if o["kind"] == "LocalQueue")["spec"]["stopPolicy"] = "Hold"
+    with pytest.raises(UnsupportedError, match=r"LocalQueue g6: stopPolicy Hold"):
+        Queues.from_objects(objects)
 
 
 def test_recovery_timeout_evicts_a_running_workload_that_lost_a_pod() -> None:
