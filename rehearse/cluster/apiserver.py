@@ -12,8 +12,8 @@ make (training/kube_api.py KubeApi, fabric_controller/), served over HTTP from t
     GET   /apis/ray.io/v1/namespaces/NS/rayjobs/NAME       a RayJob of the files (with a uid)
     GET   /apis/kueue.x-k8s.io/v1beta2/namespaces/NS/workloads?labelSelector=   the Kueue model's Workloads
     GET   /apis/kueue.x-k8s.io/v1beta2/clusterqueues/NAME  a ClusterQueue of the environment
-    PATCH /apis/kueue.x-k8s.io/v1beta2/clusterqueues/NAME  application/merge-patch+json (RFC 7386): annotations and
-                                                           nominalQuota; the Kueue model's quota follows at once
+    PATCH /apis/kueue.x-k8s.io/v1beta2/clusterqueues/NAME  application/merge-patch+json (RFC 7386): annotations,
+                                                           nominalQuota and stopPolicy; the Kueue model follows at once
 
 Objects a controller owns carry the ownerReferences it sets: a Job's pods the Job (Kubernetes 1.36
 pkg/controller/job/job_controller.go, metav1.NewControllerRef), a RayCluster's pods the RayCluster and a RayJob's
@@ -48,7 +48,7 @@ reach the scheduler at once: a NoSchedule taint added at runtime keeps new pods 
 What it cannot emulate makes the rehearsal exit 2 naming it (`unemulated`, which the run loop checks every tick):
 any other path, verb or query parameter, a selector other than equality on the fields above, another patch type, a
 JSON patch `move`/`copy`, a patch that changes anything of a node but its taints or of a ClusterQueue but its
-annotations and nominal quotas, a NoExecute taint (taint-based eviction at runtime is not modelled).
+annotations, nominal quotas and stopPolicy, a NoExecute taint (taint-based eviction at runtime is not modelled).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from rehearse.cluster.authz import Policies, Rbac, User, forbidden_message
-from rehearse.cluster.kueue import ClusterQueue, Kueue, KueueError, Queues
+from rehearse.cluster.kueue import Kueue, KueueError, Queues
 from rehearse.cluster.nodes import ClusterNode
 from rehearse.pods import object_uid
 from training.fabric_gate import API_TOKEN_ENV, API_URL_ENV
@@ -270,14 +270,24 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def _queue_shape(queue: Mapping[str, Any]) -> dict[str, Any]:
-    """A ClusterQueue without what a patch may change here: annotations, resourceVersion, nominal quotas."""
+    """A ClusterQueue without what a patch may change here: annotations, resourceVersion, nominal quotas, stopPolicy."""
     out = copy.deepcopy(dict(queue))
     out.get("metadata", {}).pop("annotations", None)
     out.get("metadata", {}).pop("resourceVersion", None)
+    out.get("spec", {}).pop("stopPolicy", None)
     for group in (out.get("spec") or {}).get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
             for resource in flavor.get("resources") or []:
                 resource.pop("nominalQuota", None)
+    return out
+
+
+def _with_status(queue: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the ClusterQueue with its Active condition as Kueue's cache reports it (active_condition)."""
+    out = copy.deepcopy(dict(queue))
+    active, reason, message = Queues.from_objects([queue]).cluster_queues[queue["metadata"]["name"]].active_condition()
+    condition = {"type": "Active", "status": str(active), "reason": reason, "message": message}
+    out["status"] = {**(out.get("status") or {}), "conditions": [condition]}
     return out
 
 
@@ -320,7 +330,7 @@ class ClusterApi:
     ) -> None:
         objects = list(objects)
         # The environment's ClusterQueues (k8s/queueing.py queue_objects, as the Platform stack applies them) and the
-        # Kueue model that admits by them: a merge patch of a nominalQuota changes the model's quota.
+        # Kueue model that admits by them: a merge patch of a nominalQuota or the stopPolicy changes the model's queue.
         self.kueue = kueue
         self.cluster_queues = {
             q["metadata"]["name"]: {
@@ -678,7 +688,7 @@ class ClusterApi:
     def _get_cluster_queue(self, user: User, name: str) -> dict[str, Any]:
         self._authorize(user, "get", "clusterqueues", name=name, group="kueue.x-k8s.io")
         with self._lock:
-            return copy.deepcopy(self._cluster_queue(name))
+            return _with_status(self._cluster_queue(name))
 
     def _patch_cluster_queue(self, user: User, name: str, content_type: str, body: bytes) -> dict[str, Any]:
         self._authorize(user, "patch", "clusterqueues", name=name, group="kueue.x-k8s.io")
@@ -696,8 +706,9 @@ class ClusterApi:
             new = merge_patch(current, patch)
             if _queue_shape(new) != _queue_shape(current):
                 raise UnemulatedError(
-                    f"a ClusterQueue patch of {name} that changes more than metadata.annotations and "
-                    "spec.resourceGroups[].flavors[].resources[].nominalQuota (what the Kueue model applies)"
+                    f"a ClusterQueue patch of {name} that changes more than metadata.annotations, "
+                    "spec.resourceGroups[].flavors[].resources[].nominalQuota and spec.stopPolicy (what the Kueue "
+                    "model applies)"
                 )
             try:
                 parsed = Queues.from_objects([new]).cluster_queues[name]
@@ -706,24 +717,14 @@ class ClusterApi:
             new["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
             self.cluster_queues[name] = new
             if self.kueue is not None:
-                self._set_quota(parsed)
+                self.kueue.update_cluster_queue(parsed)
             quota = _quota_text(new)
             action = f"{user.name} patched ClusterQueue {name}: nominalQuota now {quota}"
+            if "stopPolicy" in (patch.get("spec") or {}):
+                action += f", stopPolicy {parsed.stop_policy}"
             self.actions.append(action)
             self.log(f"api: {action}")
-            return copy.deepcopy(new)
-
-    def _set_quota(self, queue: ClusterQueue) -> None:
-        """The Kueue model admits by the new quota from its next scheduling cycle on (Kueue's cache takes a
-        ClusterQueue update at once: pkg/cache ClusterQueue update, then the queue manager requeues): an admitted
-        workload keeps its admission (a lower quota evicts nothing without preemption)."""
-        assert self.kueue is not None
-        queues = self.kueue.queues
-        self.kueue.queues = Queues(
-            flavors=queues.flavors,
-            cluster_queues={**queues.cluster_queues, queue.name: queue},
-            local_queues=queues.local_queues,
-        )
+            return _with_status(new)
 
     def _uid_note(self, namespace: str, name: str, involved: Mapping[str, Any]) -> str | None:
         """Why `kubectl describe` would not list this Event under its object, if it would not."""

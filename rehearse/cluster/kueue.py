@@ -48,10 +48,17 @@ Sources (kubernetes-sigs/kueue, tag v0.19.2):
   (pkg/workloadslicing/workloadslicing.go EnsureWorkloadSlices, flavorassigner.go); pods past the
   admitted counts keep the kueue.x-k8s.io/elastic-job scheduling gate
   (pkg/controller/elasticjobs/elastic_job_ungater.go).
+- ClusterQueue spec.stopPolicy (set when created or merge-patched at run time): a stopped queue is inactive and
+  no head is taken from it (pkg/cache/scheduler/clusterqueue.go updateQueueStatus, pkg/cache/queue/manager.go
+  heads); its pending workloads say "ClusterQueue NAME is inactive" (workload_controller.go getQueueBlocker).
+  Hold lets admitted workloads run on; HoldAndDrain evicts them (ClusterQueueStopped) with Requeued False until
+  the policy is None again (Requeued True, ClusterQueueRestarted): workload_controller.go
+  reconcileOnClusterQueueActiveState, pkg/controller/jobframework/reconciler.go. Without admission checks a
+  reservation is an admission, so Hold's cancelling of reservations not yet admitted has nothing to act on here.
 
 Not modelled (refused with `UnsupportedError` where a manifest or queue asks for it): cohorts and
 borrowing, preemption, fair sharing, admission checks, topology-aware scheduling, partial admission,
-LimitRanges, WorkloadPriorityClasses, pod-level resources, manageJobsWithoutQueueName.
+LimitRanges, WorkloadPriorityClasses, pod-level resources, manageJobsWithoutQueueName, a LocalQueue's stopPolicy.
 """
 
 from __future__ import annotations
@@ -97,6 +104,10 @@ REASON_RECOVERED = "Recovered"
 REASON_SUCCEEDED = "Succeeded"
 REASON_FAILED = "Failed"
 REASON_SLICE_REPLACED = "WorkloadSliceReplaced"
+REASON_INADMISSIBLE = "Inadmissible"
+REASON_CQ_STOPPED = "ClusterQueueStopped"
+REASON_CQ_RESTARTED = "ClusterQueueRestarted"
+STOP_POLICIES = ("None", "Hold", "HoldAndDrain")  # apis/kueue/v1beta2/constants.go StopPolicy
 
 MSG_WAITING_FOR_PODS_READY = "waiting for all admitted workloads to be in PodsReady condition"
 MSG_NOT_READY = "Not all pods are ready or succeeded"
@@ -106,6 +117,8 @@ MSG_ADMITTED = "The workload is admitted"
 MSG_DEACTIVATED_LIMIT = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
 MSG_BACKOFF_FINISHED = "The workload backoff was finished"
 MSG_NAMESPACE_MISMATCH = "workload namespace doesn't match ClusterQueue selector"
+MSG_CQ_STOPPED = "The ClusterQueue is stopped"
+MSG_CQ_RESTARTED = "The ClusterQueue was restarted after being stopped"
 # The webhooks' answers to autoscaling without the elastic-job annotation: raycluster_webhook.go validateCreate
 # for a RayCluster, raycluster/common.go ValidateCreate (called by rayjob_webhook.go) for a RayJob.
 MSG_RAYCLUSTER_AUTOSCALING = (
@@ -243,6 +256,18 @@ class ClusterQueue:
     namespaces: frozenset[str] | None
     """The namespaces its selector admits; None: every namespace (an empty selector)."""
     groups: tuple[ResourceGroup, ...]
+    stop_policy: str = "None"
+    """spec.stopPolicy: None, Hold or HoldAndDrain."""
+
+    @property
+    def active(self) -> bool:
+        return self.stop_policy == "None"
+
+    def active_condition(self) -> tuple[bool, str, str]:
+        """status.conditions[Active] as status, reason, message (clusterqueue.go inactiveReason)."""
+        if self.active:
+            return True, "Ready", "Can admit new workloads"
+        return False, "Stopped", "Can't admit new workloads: is stopped."
 
     def group_of(self, resource: str) -> ResourceGroup | None:
         return next((g for g in self.groups if resource in g.covered), None)
@@ -307,8 +332,9 @@ class Queues:
                 if extra:
                     fields = ", ".join(sorted(extra))
                     raise UnsupportedError(f"ClusterQueue {name}: {fields} (cohorts, preemption, checks)")
-                if spec.get("stopPolicy", "None") != "None":
-                    raise UnsupportedError(f"ClusterQueue {name}: stopPolicy {spec['stopPolicy']}")
+                stop_policy = spec.get("stopPolicy", "None")
+                if stop_policy not in STOP_POLICIES:
+                    raise KueueError(f"ClusterQueue {name}: stopPolicy {stop_policy!r}: None, Hold or HoldAndDrain")
                 groups = []
                 for group in spec.get("resourceGroups") or ():
                     covered = tuple(group["coveredResources"])
@@ -326,8 +352,11 @@ class Queues:
                     strategy=spec.get("queueingStrategy", "BestEffortFIFO"),
                     namespaces=_namespaces(spec.get("namespaceSelector", {}), name),
                     groups=tuple(groups),
+                    stop_policy=stop_policy,
                 )
             elif kind == "LocalQueue":
+                if spec.get("stopPolicy", "None") != "None":
+                    raise UnsupportedError(f"LocalQueue {meta['name']}: stopPolicy {spec['stopPolicy']}")
                 local[(meta["namespace"], meta["name"])] = spec["clusterQueue"]
             else:
                 raise KueueError(f"{kind} {meta.get('name')}: not a Kueue queue object")
@@ -945,6 +974,18 @@ class Kueue:
         self._schedule()
         return self._drain()
 
+    def update_cluster_queue(self, queue: ClusterQueue) -> None:
+        """A ClusterQueue changed (its quota, its stopPolicy): admission goes by it from the next call on, which
+        takes its `now`. Kueue's cache and queue manager take a ClusterQueue update at once (pkg/cache
+        ClusterQueue update, then the queue manager requeues); an admitted workload keeps its admission (a lower
+        quota evicts nothing without preemption; HoldAndDrain does evict, see _reconcile_stop_policies)."""
+        queues = self.queues
+        self.queues = Queues(
+            flavors=queues.flavors,
+            cluster_queues={**queues.cluster_queues, queue.name: queue},
+            local_queues=queues.local_queues,
+        )
+
     # -- internals
 
     def _workloads(self) -> list[Workload]:
@@ -1094,6 +1135,7 @@ class Kueue:
         """Scheduling cycles until nothing more is admitted (Scheduler.schedule)."""
         wait = self.config.wait_for_pods_ready
         while True:
+            self._reconcile_stop_policies()
             if self._blocked is not None:
                 # The scheduler sits in cache.WaitForPodsReady with this entry in hand.
                 if not self._all_ready():
@@ -1107,8 +1149,8 @@ class Kueue:
                     (w for w in self._queued() if self._queue_name(w) == queue_name),
                     key=self._order_key,
                 )
-                if not queued:
-                    continue
+                if not queued or not self.queues.cluster_queues[queue_name].active:
+                    continue  # manager.go heads: an inactive ClusterQueue gives no head
                 strategy = self.queues.cluster_queues[queue_name].strategy
                 heads += queued[:1] if strategy == "StrictFIFO" else queued
             for wl in self._queued():
@@ -1131,8 +1173,53 @@ class Kueue:
                 return
 
     def _queued(self) -> list[Workload]:
-        """Pending workloads in the queues (not in backoff, not deactivated)."""
-        return [w for w in self._workloads() if w.pending and w.requeue_at is None]
+        """Pending workloads in the queues (not in backoff, not deactivated, not Requeued False: cluster_queue.go
+        backoffWaitingTimeExpired)."""
+        return [
+            w
+            for w in self._workloads()
+            if w.pending and w.requeue_at is None and ((c := w.conditions.get(REQUEUED)) is None or c.status)
+        ]
+
+    def _stopped_queue(self, wl: Workload) -> ClusterQueue | None:
+        """The workload's ClusterQueue when it is stopped (whatever its namespaceSelector: getQueueBlocker checks
+        the queue's activity first)."""
+        name = self.queues.local_queues.get((wl.spec.namespace, wl.spec.queue_name))
+        queue = self.queues.cluster_queues.get(name) if name is not None else None
+        return queue if queue is not None and not queue.active else None
+
+    def _reconcile_stop_policies(self) -> None:
+        """What the workload controller does for a stopped or restarted ClusterQueue (workload_controller.go,
+        Kueue v0.19.2, Reconcile and reconcileOnClusterQueueActiveState)."""
+        for wl in self._workloads():
+            if wl.finished or not wl.active:
+                continue
+            queue = self._stopped_queue(wl)
+            if wl.admission is not None:
+                held = self.queues.cluster_queues.get(wl.admission.cluster_queue)
+                if held is not None and held.stop_policy == "HoldAndDrain":
+                    # workloadevict.Evict(ClusterQueueStopped); the job reconciler then stops the job and, the
+                    # reason being neither preemption nor node failure, sets Requeued False and QuotaReserved False
+                    # (WorkloadPending, the fallback reason) with the eviction's message
+                    # (pkg/controller/jobframework/reconciler.go, "handle eviction"). The queue order goes back to
+                    # the creation time (pkg/workload/workload.go GetQueueOrderTimestamp: only PodsReadyTimeout and
+                    # admission-check evictions move it).
+                    self._release(wl)
+                    wl.evicted_at = None
+                    self._set(wl, EVICTED, True, REASON_CQ_STOPPED, MSG_CQ_STOPPED)
+                    self._set(wl, REQUEUED, False, REASON_CQ_STOPPED, MSG_CQ_STOPPED)
+                    self._set(wl, QUOTA_RESERVED, False, REASON_PENDING, MSG_CQ_STOPPED)
+                    self._emit(wl, "Evicted", REASON_CQ_STOPPED, MSG_CQ_STOPPED)
+                continue
+            requeued = wl.conditions.get(REQUEUED)
+            if queue is not None:
+                # getQueueBlocker / resolveLegacyUnadmittedQuotaReservedCondition (UnadmittedWorkloadsObservability
+                # off in 0.19: reason Inadmissible).
+                self._pending_message(wl, f"ClusterQueue {queue.name} is inactive", REASON_INADMISSIBLE)
+            elif requeued is not None and not requeued.status and requeued.reason == REASON_CQ_STOPPED:
+                # isDisabledRequeuedByClusterQueueStopped and the queue's stopPolicy None again.
+                self._set(wl, REQUEUED, True, REASON_CQ_RESTARTED, MSG_CQ_RESTARTED)
+                self._emit(wl, "Requeued", REASON_CQ_RESTARTED, MSG_CQ_RESTARTED)
 
     def _queue_name(self, wl: Workload) -> str | None:
         queue, _ = self._cluster_queue(wl)

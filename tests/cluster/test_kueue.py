@@ -467,6 +467,78 @@ def test_quota_and_the_block_are_free_during_backoff() -> None:
     assert kueue.admitted_counts(key(stuck)) is None
 
 
+def stopped(kueue: Kueue, policy: str, queue: str = "gpu-g6") -> Kueue:
+    """The ClusterQueue's spec.stopPolicy changed, as a merge patch through the API server changes it."""
+    kueue.update_cluster_queue(dataclasses.replace(kueue.queues.cluster_queues[queue], stop_policy=policy))
+    return kueue
+
+
+def test_a_held_queue_reserves_nothing_until_its_stop_policy_is_none_again() -> None:
+    """A stopped ClusterQueue is inactive (pkg/cache/scheduler/clusterqueue.go): no head is taken from it."""
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"], {"g6": 2}))
+    next(o for o in objects if o["kind"] == "ClusterQueue")["spec"]["stopPolicy"] = "Hold"
+    kueue = Kueue(Queues.from_objects(objects), rendered_config("dev"))
+    job = gpu_job("held")
+    (pending,) = kueue.submit(job, 0)
+    assert (pending.kind, pending.reason, pending.message) == (
+        "Pending",
+        "Inadmissible",
+        "ClusterQueue gpu-g6 is inactive",
+    )
+    assert kueue.advance(30 * MIN) == []
+    assert kueue.admitted_counts(key(job)) is None
+    events = stopped(kueue, "None").advance(31 * MIN)
+    assert kinds(events) == [(31, "held", "Admitted")]
+
+
+def test_hold_lets_the_admitted_run_on_and_admits_nothing_after_it() -> None:
+    kueue = platform_kueue("dev", {"g6": 2})
+    first, second = gpu_job("first"), gpu_job("second")
+    kueue.submit(first, 0)
+    kueue.pods_ready(key(first), True, 2 * MIN)
+    kueue.submit(second, 3 * MIN)
+    assert kinds(stopped(kueue, "Hold").advance(4 * MIN)) == []
+    assert kueue.admitted_counts(key(first)) == {"main": 2}
+    events = kueue.finished(key(first), 50 * MIN, succeeded=True)
+    assert kinds(events) == [(50, "first", "Finished")]  # the quota is free, the queue is held
+    assert kueue.workload(key(second)).conditions["QuotaReserved"].message == "ClusterQueue gpu-g6 is inactive"
+    assert kinds(stopped(kueue, "None").advance(60 * MIN)) == [(60, "second", "Admitted")]
+
+
+def test_hold_and_drain_evicts_the_admitted_and_requeues_them_when_the_queue_restarts() -> None:
+    """workload_controller.go reconcileOnClusterQueueActiveState evicts (ClusterQueueStopped); the job reconciler
+    leaves Requeued False (jobframework/reconciler.go); a restarted queue sets it True (ClusterQueueRestarted)."""
+    kueue = platform_kueue("dev")
+    job = gpu_job("drained")
+    kueue.submit(job, 0)
+    kueue.pods_ready(key(job), True, 2 * MIN)
+    events = stopped(kueue, "HoldAndDrain").advance(10 * MIN)
+    assert kinds(events) == [(10, "drained", "Evicted")]
+    assert (events[0].reason, events[0].message) == ("ClusterQueueStopped", "The ClusterQueue is stopped")
+    workload = kueue.workload(key(job))
+    requeued = workload.conditions["Requeued"]
+    assert (requeued.status, requeued.reason) == (False, "ClusterQueueStopped")
+    assert (kueue.admitted_counts(key(job)), workload.requeue_count, kueue.next_deadline()) == (None, 0, None)
+    assert kinds(kueue.advance(60 * MIN)) == []
+    events = stopped(kueue, "None").advance(61 * MIN)
+    assert kinds(events) == [(61, "drained", "Requeued"), (61, "drained", "Admitted")]
+    assert (events[0].reason, events[0].message) == (
+        "ClusterQueueRestarted",
+        "The ClusterQueue was restarted after being stopped",
+    )
+
+
+def test_a_stop_policy_kueue_does_not_know_is_refused() -> None:
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    next(o for o in objects if o["kind"] == "ClusterQueue")["spec"]["stopPolicy"] = "Drain"
+    with pytest.raises(KueueError, match=r"ClusterQueue gpu-g6: stopPolicy 'Drain': None, Hold or HoldAndDrain"):
+        Queues.from_objects(objects)
+    objects = copy.deepcopy(queue_objects(ENVIRONMENTS["dev"]))
+    next(o for o in objects if o["kind"] == "LocalQueue")["spec"]["stopPolicy"] = "Hold"
+    with pytest.raises(UnsupportedError, match=r"LocalQueue g6: stopPolicy Hold"):
+        Queues.from_objects(objects)
+
+
 def test_recovery_timeout_evicts_a_running_workload_that_lost_a_pod() -> None:
     kueue = platform_kueue("dev", block_admission=True)
     job = gpu_job("running", pods=1)

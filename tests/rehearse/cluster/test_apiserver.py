@@ -251,6 +251,30 @@ def test_the_controllers_quota_move_reaches_the_kueue_model_and_a_stale_version_
     assert queued.kueue.queues.cluster_queues["gpu-g6"].nominal(group.flavor, "nvidia.com/gpu") == 12
 
 
+def test_a_stop_policy_patch_reaches_the_kueue_model_and_the_queue_reports_it_inactive(queued: ClusterApi) -> None:
+    controller = client(queued, *CONTROLLER)
+    kueue = queued.kueue
+    assert kueue is not None
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "held", "namespace": "training", "labels": {"kueue.x-k8s.io/queue-name": "g6"}},
+        "spec": {"template": {"spec": GPU_POD}},
+    }
+    assert [e.kind for e in kueue.submit(job, 0)] == ["Admitted"]
+    controller.request("PATCH", QUEUE, {"spec": {"stopPolicy": "Hold"}}, MERGE_PATCH)
+    (active,) = controller.get(QUEUE)["status"]["conditions"]
+    assert (active["type"], active["status"], active["reason"]) == ("Active", "False", "Stopped")
+    assert active["message"] == "Can't admit new workloads: is stopped."
+    assert kueue.advance(1) == []  # Hold: the admitted workload runs on
+    controller.request("PATCH", QUEUE, {"spec": {"stopPolicy": "HoldAndDrain"}}, MERGE_PATCH)
+    assert [(e.kind, e.reason) for e in kueue.advance(2) if e.kind != "Pending"] == [("Evicted", "ClusterQueueStopped")]
+    assert queued.actions[-1].endswith("stopPolicy HoldAndDrain")
+    controller.request("PATCH", QUEUE, {"spec": {"stopPolicy": None}}, MERGE_PATCH)
+    assert controller.get(QUEUE)["status"]["conditions"][0]["reason"] == "Ready"
+    assert [e.kind for e in kueue.advance(3)] == ["Requeued", "Admitted"]
+
+
 def test_a_clusterqueue_patch_beyond_annotations_and_quota_is_not_emulated(queued: ClusterApi) -> None:
     controller = client(queued, *CONTROLLER)
     with pytest.raises(KubeError, match="HTTP 501"):
