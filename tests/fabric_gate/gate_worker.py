@@ -55,6 +55,9 @@ def main() -> int:
     except GateFailedError as failed:
         verdict, code = failed.verdict, failed.exit_code
     print("VERDICT " + json.dumps(verdict.to_json()), flush=True)
+    # As the training collectives that follow the gate in a job: no rank leaves while a peer is still connecting (a
+    # NOT RUN verdict needs no collective, and rank 0 leaving first broke rank 1's gloo mesh in a fresh clone's run).
+    dist.barrier()
     dist.destroy_process_group()
     return code
 
