@@ -2,9 +2,8 @@
 kind, as `kubectl apply` meets them: metadata.name, metadata.generateName (a prefix) and metadata.namespace.
 
 Kubernetes 1.36 (read in kubernetes/kubernetes at recent commits; the v1.36 tag itself was not fetched):
-- staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go: IsDNS1123Subdomain (253 characters),
-  IsDNS1123Label and IsDNS1035Label (63); their messages are kept, less the "(e.g. ..., regex used for
-  validation is ...)" tail RegexError appends.
+- staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go: IsDNS1123Subdomain, IsDNS1123Label and
+  IsDNS1035Label, in infra/spec/kube_names.py (the network-policy spec checks names with them too).
 - staging/src/k8s.io/apimachinery/pkg/api/validation/generic.go: NameIsDNSSubdomain, NameIsDNSLabel,
   NameIsDNS1035Label; a generateName prefix is checked after maskTrailingDash (a trailing "-" and the character
   before it become "a", upstream's own quirk, kept); ValidateNamespaceName is a DNS-1123 label, and
@@ -42,31 +41,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infra.spec.kube_names import (
+    LABEL_MAX,
+    SUBDOMAIN_MAX,
+    dns1035_label,
+    dns1123_label,
+    dns1123_subdomain,
+    name_length,
+)
+
 KUBERNETES_CHECKED = "1.36"
 KUBERAY_CHECKED = "1.7.0"
 
-SUBDOMAIN_MAX = 253
-LABEL_MAX = 63
 RAY_CLUSTER_MAX = 53
 RAY_JOB_MAX = RAY_CLUSTER_MAX - 6
-
-_LABEL = re.compile("[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_SUBDOMAIN = re.compile("[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1035 = re.compile("[a-z]([-a-z0-9]*[a-z0-9])?")
-
-# Upstream's messages, without the "(e.g. ..., regex used for validation is ...)" tail RegexError appends.
-_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-    "start and end with an alphanumeric character"
-)
-_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
-    "end with an alphanumeric character"
-)
-_DNS1035_MSG = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-    "character, and end with an alphanumeric character"
-)
 
 # Kinds without a namespace (ValidateObjectMeta checks metadata.namespace only where the kind has one).
 CLUSTER_SCOPED = frozenset(
@@ -88,38 +76,6 @@ CLUSTER_SCOPED = frozenset(
         "WorkloadPriorityClass",
     }
 )
-
-
-def _length(value: str) -> int:
-    return len(value.encode())  # Go's len(): bytes
-
-
-def _max_len(value: str, limit: int) -> list[str]:
-    return [f"must be no more than {limit} characters"] if _length(value) > limit else []
-
-
-def dns1123_subdomain(value: str) -> list[str]:
-    errors = _max_len(value, SUBDOMAIN_MAX)
-    if not _SUBDOMAIN.fullmatch(value):
-        errors.append(_SUBDOMAIN_MSG)
-    return errors
-
-
-def dns1123_label(value: str) -> list[str]:
-    errors = _max_len(value, LABEL_MAX)
-    if not _LABEL.fullmatch(value):
-        if _SUBDOMAIN.fullmatch(value):
-            errors.append("must not contain dots")
-        else:
-            errors.append(_LABEL_MSG)
-    return errors
-
-
-def dns1035_label(value: str) -> list[str]:
-    errors = _max_len(value, LABEL_MAX)
-    if not _DNS1035.fullmatch(value):
-        errors.append(_DNS1035_MSG)
-    return errors
 
 
 def path_segment(value: str, prefix: bool = False) -> list[str]:
@@ -162,7 +118,7 @@ def _job(value: str, prefix: bool, obj: Mapping[str, Any]) -> list[str]:
     errors = dns1123_subdomain(_mask_trailing_dash(value) if prefix else value)
     if errors or prefix:  # a prefix's generated name is at most 63 (generate.go); the name is checked as generated
         return errors
-    if _length(value) > LABEL_MAX:
+    if name_length(value) > LABEL_MAX:
         return [f"must be no more than {LABEL_MAX} characters (it becomes the value of its pods' job-name label)"]
     spec = obj.get("spec") or {}
     completions = spec.get("completions")
@@ -177,7 +133,7 @@ def _kuberay(kind: str, limit: int) -> Check:
     def check(value: str, prefix: bool, obj: Mapping[str, Any]) -> list[str]:
         if prefix:  # KubeRay judges the name the API server generated
             return []
-        if _length(value) > limit:
+        if name_length(value) > limit:
             return [f"{kind} name should be no more than {limit} characters"]
         errors = dns1035_label(value)
         return [f"{kind} name should be a valid DNS1035 label: {'; '.join(errors)}"] if errors else []

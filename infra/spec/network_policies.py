@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.spec.errors import ConfigError
+from infra.spec.kube_names import dns1123_label, dns1123_subdomain
 from infra.spec.kueue import KUEUE, VISIBILITY_PORT, WEBHOOK_PORT
 from infra.spec.namespaces import KUBERAY, NAMESPACE_NAME_LABEL, NamespaceSpec, namespace_manifest
 from infra.spec.versions import HELM_CHARTS, KUEUE_VERSION
@@ -98,8 +99,6 @@ for _release in (KUBERAY_OPERATOR_RELEASE, KUEUE_RELEASE):
 
 # A DNS-1123 subdomain (object names) and label (namespace names); a label value (Kubernetes apimachinery
 # pkg/util/validation/validation.go).
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
 
@@ -126,7 +125,7 @@ class Peer:
                     f"{where}.from.pods", dict(self.pods), "at least one label", "{} admits every pod of the namespace"
                 )
             _check_label_values(f"{where}.from.pods", self.pods)
-        if self.namespace is not None and not _DNS_LABEL.match(self.namespace):
+        if self.namespace is not None and dns1123_label(self.namespace):
             raise ConfigError(f"{where}.from.namespace", self.namespace, "a namespace name")
         if self.cidr is not None:
             if self.namespace is not None:
@@ -188,9 +187,9 @@ class PolicySpec:
 
     def __post_init__(self) -> None:
         where = f"network_policies[{self.namespace}/{self.name}]"
-        if len(self.name) > 253 or not _SUBDOMAIN.match(self.name):
+        if dns1123_subdomain(self.name):
             raise ConfigError(f"{where}.name", self.name, "a DNS-1123 subdomain (lower-case letters, digits, '-', '.')")
-        if not _DNS_LABEL.match(self.namespace):
+        if dns1123_label(self.namespace):
             raise ConfigError(f"{where}.namespace", self.namespace, "a namespace name")
         _check_label_values(f"{where}.pods", self.pods)
         for index, rule in enumerate(self.rules):
