@@ -125,13 +125,22 @@ def _published(path: Path) -> bool:
     return commit.verified or (commit.legacy and ckpt_verify.check_metadata(path).ok)
 
 
+def _partition(root: Path) -> tuple[list[int], list[int]]:
+    """(published steps, the others), each marker read once."""
+    published: list[int] = []
+    others: list[int] = []
+    for step, path in _step_dirs(root):
+        (published if _published(path) else others).append(step)
+    return published, others
+
+
 def committed_steps(root: Path) -> list[int]:
-    """Steps whose marker says they were verified: the only ones resumption loads."""
-    return [step for step, path in _step_dirs(root) if _published(path)]
+    """Steps resumption may load: verified, or committed before verification with metadata that checks out."""
+    return _partition(root)[0]
 
 
 def incomplete_steps(root: Path) -> list[int]:
-    return [step for step, path in _step_dirs(root) if not _published(path)]
+    return _partition(root)[1]
 
 
 def latest_complete(root: Path) -> Path | None:
@@ -146,11 +155,11 @@ def cleanup(root: Path, keep: int) -> list[int]:
     (newer incomplete ones may be saves in progress). The newest committed checkpoint is never deleted."""
     if keep < 1:
         raise ValueError(f"keep must be at least 1 (the newest committed checkpoint is always kept), got {keep}")
-    committed = committed_steps(root)
+    committed, incomplete = _partition(root)
     if not committed:
         return []
     newest = committed[-1]
-    doomed = committed[:-keep] + [step for step in incomplete_steps(root) if step < newest]
+    doomed = committed[:-keep] + [step for step in incomplete if step < newest]
     for step in sorted(doomed):
         shutil.rmtree(step_dir(root, step), ignore_errors=True)
     return sorted(doomed)
