@@ -1,6 +1,7 @@
 """A Capacity Block's deadline on the NVRx job's pods: the block's end, the stop margin and the job's measured step
 time as the trainer reads them (training/deadline.py), and the podFailurePolicy rule that fails the Job on the
-trainer's deadline codes instead of retrying it on a block that has ended. Nothing for a group not on a block."""
+trainer's deadline codes instead of retrying it on a block that has ended; and the lead from which the hold
+controller (capacity_hold/) stops Kueue admitting onto the block. Nothing for a group not on a block."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from infra.spec import GpuNodeGroupConfig
 from infra.spec.environments import CAPACITY_BLOCK_STOP_MARGIN, CapacityKind
+from infra.spec.kueue import PODS_READY_TIMEOUT_MINUTES
 from k8s.ray_spec import WorkloadError
 from training.deadline import DEADLINE_ENV, EXIT_CODES, MARGIN_ENV, STEP_SECONDS_ENV
 
@@ -46,3 +48,35 @@ def deadline_rules(group: GpuNodeGroupConfig, container: str) -> list[dict[str, 
         return []
     values = list(EXIT_CODES)
     return [{"action": "FailJob", "onExitCodes": {"containerName": container, "operator": "In", "values": values}}]
+
+
+# With no measured startup: the longest Kueue lets an admitted workload's pods take to become ready before it evicts
+# and requeues it (waitForPodsReady, infra/spec/kueue.py). Model load and the fabric gate come on top; a job that
+# still misses its first checkpoint refuses to start (training/deadline.py EXIT_REFUSED) instead of losing work.
+DEFAULT_STARTUP_S = PODS_READY_TIMEOUT_MINUTES * 60.0
+
+
+def first_checkpoint_lead(
+    group: GpuNodeGroupConfig,
+    *,
+    job_name: str | None,
+    startup_s: float | None,
+    every_steps: int,
+    steps: int,
+    step_seconds: float | None,
+) -> tuple[float, str]:
+    """How long before the block's stop point Kueue must stop admitting onto `group`, and what it is made of: the
+    NVRx job `job_name`'s startup plus its steps to the first checkpoint (`every_steps`, or all `steps` if fewer);
+    with no NVRx job on the group (None), the startup alone."""
+    startup = DEFAULT_STARTUP_S if startup_s is None else startup_s
+    source = "measured" if startup_s is not None else "Kueue's waitForPodsReady timeout, no measured startup_seconds"
+    if job_name is None:
+        return startup, f"startup {startup:g} s ({source}); no checkpointing job runs on group {group.name}"
+    if step_seconds is None:
+        deadline_env(group, job_name=job_name, step_seconds=None)  # raises: the step time is needed on a block
+    assert step_seconds is not None
+    first = min(every_steps, steps)
+    lead = startup + first * step_seconds
+    return lead, (
+        f"startup {startup:g} s ({source}) + {first} steps x {step_seconds:g} s to job {job_name}'s first checkpoint"
+    )

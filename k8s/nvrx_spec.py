@@ -273,6 +273,11 @@ class NvrxFsdpJob:
     # One training step's measured time, seconds (trainctl goodput prints it): required on a Capacity Block group,
     # where each rank stops one step before the block's stop point (k8s/capacity_deadline.py, training/deadline.py).
     step_seconds: float | None = None
+    # From the job's admission to its first step, seconds: image pulls, the pods' preconditions, model load and the
+    # fabric gate. On a Capacity Block group Kueue stops admitting once startup plus the steps to the first checkpoint
+    # no longer fit before the block's stop point (capacity_hold/, k8s/capacity_deadline.py first_checkpoint_lead).
+    # None: Kueue's waitForPodsReady timeout (infra/spec/kueue.py), the longest a workload's pods may take to start.
+    startup_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -301,6 +306,8 @@ class NvrxFsdpJob:
             raise WorkloadError(f"nvrx.preconditions_timeout_s={self.preconditions_timeout_s} must be 10 to 3600")
         if self.step_seconds is not None and not 0 < self.step_seconds <= 3600:
             raise WorkloadError(f"nvrx.step_seconds={self.step_seconds} must be > 0 and at most 3600")
+        if self.startup_seconds is not None and not 0 < self.startup_seconds <= 6 * 3600:
+            raise WorkloadError(f"nvrx.startup_seconds={self.startup_seconds} must be > 0 and at most 21600 (6 h)")
         self.check_spares(self.nodes)
 
     def nvrx_version(self) -> tuple[int, ...] | None:
