@@ -7,10 +7,16 @@ NvrxFsdpJob.step_seconds; the job's measured throughput baseline on its group (i
 `trainctl baseline record`) at the job's node count; the fastest step the job's GPUs could run (step_floor_s), so
 that a job is never let through on a guess.
 
+On a Capacity Block group the stop's save (training/deadline.py) must also be written within WRITE_FRACTION of the
+time between the stop point and the block's first terminations (CAPACITY_BLOCK_STOP_MARGIN less
+CAPACITY_BLOCK_TERMINATION_LEAD: 10 minutes), or the job loses everything since its previous save.
+
 The Ray fine-tune saves once, at its end (training/ray_finetune.py: rank 0's model state dict): no interval to fit.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from infra.spec import Environment, GpuNodeGroupConfig, throughput_baselines
 from infra.spec.checkpoint_throughput import (
@@ -22,7 +28,13 @@ from infra.spec.checkpoint_throughput import (
     step_floor_s,
     write_mb_s_per_tib,
 )
-from infra.spec.environments import PERSISTENT_2_THROUGHPUT, CheckpointStorageConfig
+from infra.spec.environments import (
+    CAPACITY_BLOCK_STOP_MARGIN,
+    CAPACITY_BLOCK_TERMINATION_LEAD,
+    PERSISTENT_2_THROUGHPUT,
+    CheckpointStorageConfig,
+)
+from k8s.capacity_deadline import on_block
 from k8s.charts.nvrx_job import job_nodes
 from k8s.nvrx_spec import NvrxFsdpJob
 from k8s.ray_spec import WorkloadError, gpu_group
@@ -80,7 +92,7 @@ def checkpoint_write(environment: Environment, job: NvrxFsdpJob) -> CheckpointWr
     )
 
 
-def _fixes(write: CheckpointWrite) -> list[str]:
+def _fixes(write: CheckpointWrite, *, interval: bool = True) -> list[str]:
     storage = write.storage
     capacity = write.capacity_gib_needed()
     per_tib = write_mb_s_per_tib(storage)
@@ -101,6 +113,8 @@ def _fixes(write: CheckpointWrite) -> list[str]:
             f"a higher throughput tier: PERSISTENT_2 at {tier} MB/s/TiB (deployment=PERSISTENT_2, "
             f"throughput_per_tib={tier}: {gib / 1024 * tier:,.0f} MB/s at {gib:,} GiB)"
         )
+    if not interval:
+        return fixes
     steps = write.every_steps_needed()
     fixes.append(
         f"a longer interval: NvrxFsdpJob(checkpoint=CheckpointPolicy(every_steps={steps})) in k8s/nvrx_spec.py "
@@ -112,10 +126,37 @@ def _fixes(write: CheckpointWrite) -> list[str]:
 def check_checkpoint_writes(environment: Environment, job: NvrxFsdpJob) -> None:
     """Refuses the job when its save does not fit WRITE_FRACTION of its interval on the environment's file system."""
     write = checkpoint_write(environment, job)
-    if write is None or write.fits:
+    if write is None:
         return
-    storage: CheckpointStorageConfig = write.storage
     group = gpu_group(environment, job.gpu_group)
+    if not write.fits:
+        _refuse_interval(environment, job, group, write)
+    if on_block(group):
+        _check_stop_save(job, group, write)
+
+
+def _check_stop_save(job: NvrxFsdpJob, group: GpuNodeGroupConfig, write: CheckpointWrite) -> None:
+    window_s = (CAPACITY_BLOCK_STOP_MARGIN - CAPACITY_BLOCK_TERMINATION_LEAD).total_seconds()
+    # The window as one interval: the same rule and fixes as the interval's, but no interval fix (the last save is
+    # as long whatever the interval).
+    stop = dataclasses.replace(write, every_steps=1, step_s=window_s, step_source="the stop window")
+    if stop.fits:
+        return
+    raise WorkloadError(
+        f"nvrx job {job.name!r} on Capacity Block group {group.name!r} cannot save at the block's stop point in "
+        f"time: its full state, {write.state_bytes / 1e9:.1f} GB, takes {write.write_s:,.0f} s at the file system's "
+        f"{describe(write.storage)}, more than {WRITE_FRACTION} of the {window_s:.0f} s between the stop "
+        f"({CAPACITY_BLOCK_STOP_MARGIN.total_seconds() / 60:.0f} min before the end) and the first instances' "
+        f"termination ({CAPACITY_BLOCK_TERMINATION_LEAD.total_seconds() / 60:.0f} min before it; EC2 User Guide, "
+        f'"Monitor Capacity Blocks using EventBridge"): it needs {stop.required_mb_s:,.0f} MB/s. Fix one of: '
+        + "; ".join(_fixes(stop, interval=False))
+    )
+
+
+def _refuse_interval(
+    environment: Environment, job: NvrxFsdpJob, group: GpuNodeGroupConfig, write: CheckpointWrite
+) -> None:
+    storage: CheckpointStorageConfig = write.storage
     gpu = group.instance.gpu
     assert gpu is not None
     ranks = job_nodes(job, group) * gpu.count

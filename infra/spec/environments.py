@@ -240,6 +240,9 @@ _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 # instances in it "will begin to terminate in 10 minutes" (30 minutes before the end). Stopping at the warning leaves
 # the final checkpoint's write those 10 minutes before the first instance goes; a job loses at most this margin.
 CAPACITY_BLOCK_STOP_MARGIN = timedelta(minutes=40)
+# When the first instances of a block begin to terminate (the same page): the stop's checkpoint must be written and
+# read back between the stop point and this (k8s/checkpoint_writes.py).
+CAPACITY_BLOCK_TERMINATION_LEAD = timedelta(minutes=30)
 # EC2 placement group names: up to 255 ASCII characters (CreatePlacementGroup, GroupName).
 _PLACEMENT_GROUP_NAME = re.compile(r"^[\x21-\x7e]{1,255}$")
 

@@ -10,7 +10,16 @@ from pathlib import Path
 import cdk8s
 import pytest
 
-from infra.spec import ENVIRONMENTS, CheckpointStorageConfig, Environment, LustreDeployment, throughput_baselines
+from infra.spec import (
+    ENVIRONMENTS,
+    Capacity,
+    CapacityKind,
+    CheckpointStorageConfig,
+    Environment,
+    LustreDeployment,
+    throughput_baselines,
+)
+from infra.spec.checkpoint_throughput import MODEL_SIZES, ModelSize
 from k8s.checkpoint_writes import check_checkpoint_writes, checkpoint_write
 from k8s.main import build
 from k8s.nvrx_spec import CheckpointPolicy, NvrxFsdpJob
@@ -105,3 +114,33 @@ def test_synth_refuses_before_writing_any_chart() -> None:
     with pytest.raises(WorkloadError, match=r"throughput tier: .*PERSISTENT_2 at 1000 MB/s/TiB"):
         build(app, _p5_on_scratch(), LOCK)
     assert not app.charts
+
+
+def _on_block(environment: Environment) -> Environment:
+    (group, *others) = environment.gpu_node_groups
+    block = Capacity(kind=CapacityKind.CAPACITY_BLOCK, reservation_id="cr-0123456789abcdef0", end="2026-12-10T11:30Z")
+    return dataclasses.replace(environment, gpu_node_groups=(dataclasses.replace(group, capacity=block), *others))
+
+
+def test_on_a_capacity_block_the_stops_save_must_fit_before_the_instances_terminate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An 8B-parameter model: 96 GB a save, 819 s at dev's 117 MB/s. Its 600 steps x 10 s interval leaves the
+    # write time enough; the 10 minutes between the stop and the first termination do not.
+    sizes = {**MODEL_SIZES, "example/8b": ModelSize(parameters=8_000_000_000, source="a test")}
+    monkeypatch.setattr("k8s.checkpoint_writes.MODEL_SIZES", sizes)
+    job = NvrxFsdpJob(model="example/8b", step_seconds=10.0)
+    check_checkpoint_writes(ENVIRONMENTS["dev"], job)  # not on a block: the interval alone
+    with pytest.raises(WorkloadError) as refused:
+        check_checkpoint_writes(_on_block(ENVIRONMENTS["dev"]), job)
+    message = str(refused.value)
+    for part in (
+        "Capacity Block",
+        "819 s",  # seconds to write 96 GB at 117 MB/s
+        "600 s",  # 40 min margin - 30 min: the instances begin to terminate
+        "storage_capacity_gib=",
+        "PERSISTENT_2 at",
+    ):
+        assert part in message, (part, message)
+    assert "every_steps" not in message  # a longer interval does not make the last save shorter
+    check_checkpoint_writes(_on_block(ENVIRONMENTS["dev"]), NvrxFsdpJob(step_seconds=1.0))  # Qwen 1.5B: 158 s
