@@ -18,7 +18,7 @@ from typing import Any
 from infra.spec.instances import INSTANCE_TYPES
 from infra.spec.operating import NODE_MTBF, OPERATING
 from trainctl.save_throughput import SaveThroughput, measured_saves, render_saves
-from training.journal import JOURNAL_FILE, Event, summarize, verify_failures
+from training.journal import JOURNAL_FILE, Event, block_stops, summarize, verify_failures
 
 CAUSES = (
     "productive",
@@ -85,6 +85,7 @@ class Ledger:
     intervals: list[Interval] = field(default_factory=list)
     save_throughput: SaveThroughput | None = None
     verify_failures: list[dict[str, Any]] = field(default_factory=list)
+    block_stops: list[dict[str, Any]] = field(default_factory=list)
 
     def percent(self, cause: str) -> float:
         return 100.0 * self.seconds[cause] / self.wall_s if self.wall_s > 0 else 0.0
@@ -123,6 +124,7 @@ class Ledger:
             "checkpoint_interval": asdict(self.recommendation) if self.recommendation else None,
             "save_throughput": self.save_throughput.as_json() if self.save_throughput else None,
             "verify_failures": self.verify_failures,
+            "block_stops": self.block_stops,
         }
 
 
@@ -331,6 +333,7 @@ def ledger_for(
         intervals=intervals,
         save_throughput=measured_saves(records, environment) if kind == "nvrx" else None,
         verify_failures=verify_failures(records) if kind == "nvrx" else [],
+        block_stops=block_stops(records) if kind == "nvrx" else [],
     )
 
 
@@ -351,6 +354,14 @@ def render(ledger: Ledger) -> str:
     if failures:
         each = ", ".join(f"step {f['step']} ({f['reason']}, {f['exposed_steps']} steps unprotected)" for f in failures)
         lines.append(f"  {len(failures)} save{'s' if len(failures) > 1 else ''} failed verification: {each}")
+    for stop in ledger.block_stops:
+        if stop["outcome"] == "refused":
+            lines.append(f"  refused to start on a Capacity Block (stop point {stop['stop_at']}): {stop['why']}")
+        else:
+            lines.append(
+                f"  stopped for a Capacity Block at step {stop['step']} (stop point {stop['stop_at']}); the next "
+                f"capacity resumes from step {stop['resumes_from']} ({stop['unsaved_steps']} steps unsaved)"
+            )
     rec = ledger.recommendation
     if rec is not None:
         lines.append(

@@ -43,6 +43,10 @@ class Event(StrEnum):
     """An injected fault fired (fault, step, completed_steps, last_committed, files)."""
     FINISHED = "finished"
     """Rank 0 reached the last step (step, loss)."""
+    BLOCK_STOP = "block_stop"
+    """Rank 0 ended the run for a Capacity Block (training/deadline.py): outcome `stopped` (step: the last completed
+    step, saved) or `refused` (not started: the first checkpoint could not be reached); resumes_from: the step the
+    next capacity resumes from; stop_at; why."""
 
 
 class Journal:
@@ -127,6 +131,18 @@ def verify_failures(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def block_stops(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each end of a run for a Capacity Block, with the steps it left unsaved (step - resumes_from)."""
+    return [
+        {
+            **{k: e.get(k) for k in ("outcome", "step", "resumes_from", "stop_at", "why", "run_id")},
+            "unsaved_steps": int(e["step"]) - int(e["resumes_from"]),
+        }
+        for e in events
+        if e["event"] == Event.BLOCK_STOP
+    ]
 
 
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -313,7 +313,7 @@ class Session:
         block = capacity.from_env()
         if block is not None:
             self.clock_group = dist.new_group(backend="gloo")
-            self._refuse_short_block(block, start)
+            self._refuse_short_block(block, start, journal)
         injector = FaultInjector(job.fault, marker=job.marker, rank=rank, on_fire=self._fault_logger(journal))
         self.injector = injector
         self.heartbeats.start()
@@ -357,13 +357,22 @@ class Session:
         dist.broadcast(now, src=0, group=self.clock_group)
         return float(now.item())
 
-    def _refuse_short_block(self, block: capacity.Deadline, start: int) -> None:
+    def _refuse_short_block(self, block: capacity.Deadline, start: int, journal: Journal) -> None:
         job = self.job
         why = block.refusal(self._block_clock(block, start), start=start, every=job.ckpt_every, last=job.steps)
         if why is not None:
+            self._block_event(journal, block, "refused", start, start, why)
             self._leave(capacity.EXIT_REFUSED, why)
 
-    def _stop_for_block(self, state: ckpt.TrainState, done: int, start: int) -> None:
+    @staticmethod
+    def _block_event(journal: Journal, block: capacity.Deadline, outcome: str, step: int, saved: int, why: str) -> None:
+        if dist.get_rank() == 0:
+            at = capacity.iso(block.stop_at)
+            journal.event(Event.BLOCK_STOP, outcome=outcome, step=step, resumes_from=saved, stop_at=at, why=why)
+
+    def _stop_for_block(
+        self, block: capacity.Deadline, state: ckpt.TrainState, done: int, start: int, journal: Journal
+    ) -> None:
         """Saves step `done` (unless its checkpoint is already in flight or it is the resumed one), waits for the
         commit on every rank, and ends the process with EXIT_STOPPED."""
         saver = self._saver()
@@ -374,17 +383,20 @@ class Session:
         final = saver.records[-1] if saver.records else None
         if final is not None and final.step == done and final.verdict is not None and not final.verdict.ok:
             # No time is left to save again: say what the next capacity resumes from.
-            self._leave(
-                capacity.EXIT_STOPPED,
+            resumes = start if saver.last_committed is None else saver.last_committed
+            why = (
                 f"capacity block: the checkpoint of step {done} failed verification ({final.verdict.reason}) and "
                 f"was not published; stopped before the block's stop point; the next capacity resumes from step "
-                f"{saver.last_committed}",
+                f"{resumes}"
             )
-        self._leave(
-            capacity.EXIT_STOPPED,
+            self._block_event(journal, block, "stopped", done, resumes, why)
+            self._leave(capacity.EXIT_STOPPED, why)
+        why = (
             f"capacity block: checkpointed step {done} and stopped before the block's stop point; "
-            "resume it on the next capacity",
+            "resume it on the next capacity"
         )
+        self._block_event(journal, block, "stopped", done, done, why)
+        self._leave(capacity.EXIT_STOPPED, why)
 
     def _leave(self, code: int, summary: str) -> None:
         """Ends the process with `code`, written first to the pod's verdict for its supervisor. os._exit, as the fabric
@@ -576,7 +588,7 @@ class Session:
 
         for step in range(start + 1, job.steps + 1):
             if block is not None and block.must_stop(self._block_clock(block, step - 1)):
-                self._stop_for_block(state, step - 1, start)
+                self._stop_for_block(block, state, step - 1, start, journal)
             saver.poll()
             injector.before_step(step)
             began = time.perf_counter()

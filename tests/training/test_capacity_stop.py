@@ -19,8 +19,10 @@ import pytest
 from tests.tiers import starts_training_processes
 from tests.training.nvrx_runs import COMMON, FT_LAUNCHER, ROOT, NvrxRun, launch
 from tests.training.test_nvrx_fsdp import assert_same_result
+from trainctl.goodput import ledger_for, render
 from training import checkpointing as ckpt
 from training import deadline
+from training.journal import JOURNAL_FILE, block_stops, read_journal
 
 STOP_AFTER = 3  # not a checkpoint step (--ckpt-every 2): the stop's own save is the one resumed
 
@@ -74,6 +76,11 @@ def test_a_block_ending_mid_run_saves_stops_and_resumes_bit_identical(
     assert f"checkpointed step {STOP_AFTER} and stopped" in log
     assert (ckpt.step_dir(tmp_path / "ckpt", STOP_AFTER) / ckpt.MARKER).exists()
     assert not ckpt.step_dir(tmp_path / "ckpt", STOP_AFTER + 1).exists()
+    (stop,) = block_stops(read_journal(tmp_path / "ckpt" / JOURNAL_FILE))
+    assert (stop["outcome"], stop["step"], stop["resumes_from"], stop["unsaved_steps"]) == ("stopped", 3, 3, 0)
+    assert f"stopped for a Capacity Block at step {STOP_AFTER}" in render(
+        ledger_for(tmp_path / "ckpt" / JOURNAL_FILE, instance_type=None, nodes=1)
+    )
     print(f"pod entry stopped at the block's stop point and exited {code} in {seconds:.1f} s")
     # The next capacity: no deadline. It resumes from the stop's checkpoint and loses no step.
     resumed = launch(tmp_path, tiny_model_dir)
