@@ -233,8 +233,17 @@ class Survey:
 
 def take_survey(root: Path) -> Survey:
     committed = committed_steps(root)
-    latest = committed[-1] if committed else None
     newer: list[tuple[int, str]] = []
+    latest = None
+    for step in reversed(committed):
+        path = step_dir(root, step)
+        commit = read_marker(path)
+        # A save committed before verification had its metadata and files checked by committed_steps.
+        whole = ckpt_verify.check_sizes(path, commit.world_size) if commit is not None and commit.verified else None
+        if whole is None or whole.ok:
+            latest = step
+            break
+        newer.append((step, f"step {step}: verified when saved, but {whole.reason} now: {whole.detail}"))
     no_marker: list[int] = []
     for step, path in _step_dirs(root):
         commit = read_marker(path)

@@ -33,6 +33,9 @@ def commit_dir(root: Path, step: int, *, world_size: int = 2) -> Path:
     directory = ckpt.step_dir(root, step)
     directory.mkdir(parents=True)
     (directory / "__0_0.distcp").write_bytes(b"shard")
+    digests = {"__0_0.distcp": ckpt_verify.hash_file(directory / "__0_0.distcp")}
+    for rank in range(world_size):
+        ckpt_verify.write_manifest(directory, rank, digests if rank == 0 else {}, source="write")
     ckpt.write_marker(
         directory, Commit(step=step, world_size=world_size, finalized_at=time.time(), saver="sync", verified=True)
     )
@@ -129,6 +132,24 @@ def test_resume_takes_the_newest_verified_step_and_says_what_it_skipped(tmp_path
     )
     assert found.chosen_because == "step 4 is the newest checkpoint whose read-back verified"
     assert ckpt.take_survey(tmp_path / "empty").chosen_because == "no verified checkpoint: starting from step 0"
+
+
+def test_a_verified_step_whose_files_shrank_or_went_since_is_passed_over_at_resume(tmp_path: Path) -> None:
+    """Verified when saved, damaged after (a file deleted or truncated on the file system): the resume checks every
+    file's size against the save's manifests and takes the newest step that is still whole."""
+    commit_dir(tmp_path, 2)
+    torn, gone, lost = commit_dir(tmp_path, 4), commit_dir(tmp_path, 6), commit_dir(tmp_path, 8)
+    (torn / "__0_0.distcp").write_bytes(b"sh")
+    (gone / "__0_0.distcp").unlink()
+    (lost / ckpt_verify.manifest_name(1)).unlink()
+    found = ckpt.take_survey(tmp_path)
+    assert found.latest == 2
+    assert found.skipped == (
+        "step 4: verified when saved, but torn now: __0_0.distcp holds 2 bytes, 5 were written",
+        "step 6: verified when saved, but missing-file now: __0_0.distcp is missing",
+        "step 8: verified when saved, but no-manifest now: manifest-rank1.json is missing or unreadable",
+    )
+    assert found.chosen_because == "step 2 is the newest checkpoint whose read-back verified"
 
 
 def legacy_dir(root: Path, step: int) -> Path:
