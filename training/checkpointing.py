@@ -152,9 +152,11 @@ def latest_complete(root: Path) -> Path | None:
 
 def cleanup(root: Path, keep: int) -> list[int]:
     """Deletes all but the newest `keep` committed checkpoints, and incomplete ones older than the newest committed
-    (newer incomplete ones may be saves in progress). The newest committed checkpoint is never deleted."""
+    (newer incomplete ones may be saves in progress), and all but the newest `keep` quarantined saves. The newest
+    committed checkpoint is never deleted."""
     if keep < 1:
         raise ValueError(f"keep must be at least 1 (the newest committed checkpoint is always kept), got {keep}")
+    ckpt_verify.prune_quarantine(root, keep)
     committed, incomplete = _partition(root)
     if not committed:
         return []

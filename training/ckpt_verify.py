@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Generator, Iterable, Mapping
@@ -270,6 +271,24 @@ def quarantine(directory: Path, reason: str) -> Path:
 def quarantined(root: Path) -> list[str]:
     folder = root / QUARANTINE
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def _aside_order(name: str) -> tuple[int, int]:
+    """(step, the .N suffix quarantine adds when the name is taken) of a quarantined save's name."""
+    head, _, rest = name.partition(".")
+    last = rest.rpartition(".")[2]
+    step = head.removeprefix("step_")
+    return (int(step) if step.isdigit() else -1, int(last) if last.isdigit() else 0)
+
+
+def prune_quarantine(root: Path, keep: int) -> list[str]:
+    """Deletes all but the newest `keep` quarantined saves: each is a whole save, and a file system that fails
+    every read-back would otherwise fill up with them. Returns the names deleted."""
+    names = sorted(quarantined(root), key=_aside_order)
+    doomed = names[:-keep] if keep > 0 else names
+    for name in doomed:
+        shutil.rmtree(root / QUARANTINE / name, ignore_errors=True)
+    return doomed
 
 
 # --- fault injection (tests and benchmarks) ----------------------------------------------------------------------

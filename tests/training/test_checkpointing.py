@@ -206,6 +206,15 @@ def test_cleanup_keeps_the_newest_committed(tmp_path: Path) -> None:
     assert ckpt.committed_steps(tmp_path) == [6]
 
 
+def test_cleanup_keeps_only_the_newest_quarantined_saves(tmp_path: Path) -> None:
+    """A file system failing every read-back would otherwise fill up with quarantined saves, each a full one."""
+    for step, reason in ((2, "torn"), (4, "hash-mismatch"), (4, "hash-mismatch"), (10, "torn")):
+        ckpt_verify.quarantine(commit_dir(tmp_path, step), reason)
+    commit_dir(tmp_path, 12)
+    ckpt.cleanup(tmp_path, keep=2)
+    assert ckpt_verify.quarantined(tmp_path) == ["step_000000004.hash-mismatch.1", "step_000000010.torn"]
+
+
 # --- round trips in a one-rank gloo world ------------------------------------------------------------------------
 
 
