@@ -5,6 +5,7 @@ EXCEPTIONS does not list, and docs/layout.md must state the same table and the s
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from collections.abc import Iterator
@@ -92,6 +93,16 @@ def modules() -> Iterator[tuple[str, Path]]:
 
 def imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
     """(imported module, line) for every import statement in the file, wherever it is."""
+    return iter(_imports(name, path))
+
+
+@functools.cache
+def _imports(name: str, path: Path) -> tuple[tuple[str, int], ...]:
+    """Each file parsed once a session: most tests here walk every file."""
+    return tuple(_walk_imports(name, path))
+
+
+def _walk_imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
