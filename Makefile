@@ -178,9 +178,9 @@ pytest-all-but-rehearsals: install test-synth
 pytest-ci-rehearsals: install
 	pytest -m 'rehearsal and not image_env and not full_rehearsal' $(PYTEST_ARGS)
 
-# The fast tier waits a third of its time (loopback servers, subprocesses, short polls): one worker more than
-# there are cores fills it (docs/testing.md has the measurement).
-FAST_WORKERS := $(if $(filter auto,$(PYTEST_WORKERS)),$(shell echo $$(( $$(nproc) + 1 ))),$(PYTEST_WORKERS))
+# One worker per core: every worker collects the whole suite (torch, Ray, transformers: ~13 s of CPU each) and the
+# first CDK test of each starts jsii, which costs more than a third worker gains from the tests' waits.
+FAST_WORKERS := $(if $(filter auto,$(PYTEST_WORKERS)),$(shell nproc),$(PYTEST_WORKERS))
 pytest-fast: install
 	pytest -n $(FAST_WORKERS) $(PYTEST_DIST) -m '$(FAST)'
 
