@@ -12,6 +12,7 @@ from constructs import Construct
 from infra.spec import Environment
 from infra.spec.network_policies import ray_workload
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
+from k8s.capacity_deadline import on_block
 from k8s.charts.network_policies import add_policies
 from k8s.fabric_env import FabricProfile
 from k8s.fabric_gate_spec import gate_flags
@@ -181,6 +182,13 @@ class RayJobChart(cdk8s.Chart):
     ) -> None:
         super().__init__(scope, construct_id, namespace=NAMESPACE, disable_resource_name_hashes=True)
         group = gpu_group(environment, job.gpu_group)
+        if on_block(group):
+            raise WorkloadError(
+                f"RayJob {job.name!r} runs on Capacity Block group {group.name!r}: the fine-tune saves only at its end "
+                "and has no stop point, so the block's end would take every step with it. Set "
+                "RayFinetuneJob(gpu_group=...) to a group that is not on a block, or train on the block with the NVRx "
+                "job (NvrxFsdpJob), which checkpoints and stops before the end (docs/gpu-capacity.md)"
+            )
         gpu = group.instance.gpu
         assert gpu is not None
         self.workers = group.workload_nodes * gpu.count

@@ -429,3 +429,15 @@ def test_a_gated_rayjob_without_retries_is_refused_naming_the_fix() -> None:
     with pytest.raises(WorkloadError, match=r"ray_finetune.backoff_limit=0 is below 1 with fabric_gate on.*re-plac"):
         RayFinetuneJob(backoff_limit=0)
     assert RayFinetuneJob(backoff_limit=0, fabric_gate=False).backoff_limit == 0
+
+
+def test_the_fine_tune_is_refused_on_a_capacity_block_naming_why_and_the_fix() -> None:
+    """It saves only at its end and has no stop point: a block's end would take every step with it."""
+    from tests.k8s.test_checkpoint_writes import _on_block
+
+    block_dev = _on_block(ENVIRONMENTS["dev"])
+    with pytest.raises(WorkloadError) as refused:
+        RayJobChart(cdk8s.App(), "ray-finetune", environment=block_dev, lock=LOCK, job=RayFinetuneJob())
+    message = str(refused.value)
+    for part in ("Capacity Block group 'g6'", "saves only at its end", "gpu_group", "NvrxFsdpJob"):
+        assert part in message, (part, message)
