@@ -24,31 +24,25 @@ standard CEL only, so tests evaluate them over real node objects (tests/k8s/test
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from constructs import Construct
 
 from fabric_controller.config import ControllerConfig, GroupConfig
 from infra.spec import Environment
 from infra.spec.namespaces import RAY, TRAINING
-from infra.spec.scheduling import GPU_GROUP_LABEL, GPU_ROLE, ROLE_LABEL, SYSTEM_NODE_SELECTOR
+from infra.spec.scheduling import GPU_GROUP_LABEL, GPU_ROLE, ROLE_LABEL
 from k8s.charts.objects import ADMISSION, RBAC, api_object
+from k8s.charts.small_controller import CONTROLLER_IMAGE, small_controller
 from k8s.images import ImageLock
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, gpu_quota
-from k8s.ray_spec import CONTAINER_SECURITY
 from training.fabric_gate import NODE_EVENT_NAMESPACE, SERVICE_ACCOUNT
 from training.fabric_verdict import TAINT_EFFECT, TAINT_KEY
 
 VERDICTS_ROLE = "fabric-gate-verdicts"
 CONTROLLER = "fabric-gate-controller"
 CONTROLLER_NAMESPACE = "fabric-gate-system"
-CONTROLLER_IMAGE = "fabric-gate-controller"
-CODE_CONFIGMAP = "fabric-gate-controller-code"
-CONFIG_CONFIGMAP = "fabric-gate-controller-config"
+CONFIG_CONFIGMAP = f"{CONTROLLER}-config"
 CODE_ROOT = "/opt/fabric-gate"
 POLICY = "fabric-gate-controller-taint-only"
-ROOT = Path(__file__).resolve().parents[2]
 # What the controller's pod runs: its package and the two training modules it shares with the gate (and theirs).
 CONTROLLER_SOURCES = (
     "fabric_controller/__init__.py",
@@ -160,11 +154,6 @@ def controller_config(environment: Environment, namespaces: tuple[str, ...]) -> 
     return ControllerConfig(namespaces, groups)
 
 
-def controller_code() -> dict[str, str]:
-    """Each source file under a ConfigMap key (DIR--FILE: a key holds no slash); the pod's volume maps it back."""
-    return {path.replace("/", "--"): (ROOT / path).read_text() for path in CONTROLLER_SOURCES}
-
-
 class FabricGate(Construct):
     def __init__(
         self,
@@ -267,52 +256,14 @@ class FabricGate(Construct):
         api_object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)
 
     def _controller(self, config: ControllerConfig, lock: ImageLock) -> None:
-        code = controller_code()
-        api_object(self, "code", "v1", "ConfigMap", CODE_CONFIGMAP, CONTROLLER_NAMESPACE, data=code)
-        data = {"config.json": json.dumps(config.to_json(), indent=2, sort_keys=True)}
-        api_object(self, "config", "v1", "ConfigMap", CONFIG_CONFIGMAP, CONTROLLER_NAMESPACE, data=data)
-        items = [{"key": key, "path": key.replace("--", "/")} for key in sorted(code)]
-        labels = {"app.kubernetes.io/name": CONTROLLER}
-        container = {
-            "name": "controller",
-            "image": lock.pinned(CONTROLLER_IMAGE),
-            "command": ["python", "-m", "fabric_controller", "--config", f"{CODE_ROOT}/config/config.json"],
-            "workingDir": f"{CODE_ROOT}/code",
-            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-            "resources": {
-                "requests": {"cpu": "50m", "memory": "64Mi"},
-                "limits": {"cpu": "200m", "memory": "128Mi"},
-            },
-            "securityContext": {**CONTAINER_SECURITY, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
-            "volumeMounts": [
-                {"name": "code", "mountPath": f"{CODE_ROOT}/code", "readOnly": True},
-                {"name": "config", "mountPath": f"{CODE_ROOT}/config", "readOnly": True},
-            ],
-        }
-        pod = {
-            "serviceAccountName": CONTROLLER,
-            "automountServiceAccountToken": True,
-            "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 65532,
-                "runAsGroup": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [container],
-            "volumes": [
-                {"name": "code", "configMap": {"name": CODE_CONFIGMAP, "items": items}},
-                {"name": "config", "configMap": {"name": CONFIG_CONFIGMAP}},
-            ],
-        }
-        spec = {
-            "replicas": 1,
-            # One writer at a time: the old pod is gone before the new one polls (its answers are Events either way).
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": pod},
-        }
-        # checkov's CKV_K8S_38 asks why a token is mounted: this one is the controller's own, and it is what it is for.
-        ack = {"checkov.io/skip1": CONTROLLER_TOKEN_ACK}
-        namespace = CONTROLLER_NAMESPACE
-        api_object(self, "deployment", "apps/v1", "Deployment", CONTROLLER, namespace, annotations=ack, spec=spec)
+        small_controller(
+            self,
+            name=CONTROLLER,
+            namespace=CONTROLLER_NAMESPACE,
+            image=lock.pinned(CONTROLLER_IMAGE),
+            module="fabric_controller",
+            code_root=CODE_ROOT,
+            sources=CONTROLLER_SOURCES,
+            config=config.to_json(),
+            ack=CONTROLLER_TOKEN_ACK,
+        )

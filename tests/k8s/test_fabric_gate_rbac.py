@@ -16,7 +16,8 @@ from celpy.adapter import json_to_cel
 from fabric_controller.config import ControllerConfig
 from gates.manifests import check_objects
 from infra.spec import ENVIRONMENTS
-from k8s.charts.fabric_gate import CONTROLLER_SOURCES, POLICY, ROOT, controller_config
+from k8s.charts.fabric_gate import CONTROLLER_SOURCES, POLICY, controller_config
+from k8s.charts.small_controller import ROOT
 from rehearse.manifests import yaml_documents
 from tests.k8s import cel
 from training.fabric_verdict import TAINT_KEY
