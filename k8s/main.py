@@ -21,12 +21,14 @@ import cdk8s
 
 from infra.spec import ENVIRONMENTS, Environment
 from infra.spec.images import built_image_name
-from infra.spec.namespaces import FABRIC_GATE_SYSTEM, RAY, TRAINING, TRAINING_NAMESPACES
+from infra.spec.namespaces import CAPACITY_HOLD_SYSTEM, FABRIC_GATE_SYSTEM, RAY, TRAINING, TRAINING_NAMESPACES
+from k8s.charts.capacity_hold import CapacityHold, has_block
 from k8s.charts.fabric import FabricJob, FabricJobsChart
-from k8s.charts.fabric_gate import CONTROLLER_IMAGE, FabricGate
+from k8s.charts.fabric_gate import FabricGate
 from k8s.charts.namespaces import NamespacesChart
 from k8s.charts.nvrx_job import NvrxJobChart, nvrx_job_image
 from k8s.charts.ray import RayClusterChart, RayJobChart, TrainingCodeChart, job_gated
+from k8s.charts.small_controller import CONTROLLER_IMAGE
 from k8s.checkpoint_writes import check_checkpoint_writes
 from k8s.images import LOCK_PATH, ImageLock, ImageLockError
 from k8s.nvrx_spec import NvrxFsdpJob
@@ -35,6 +37,7 @@ from k8s.system_pods import check_ray_system_pods
 from k8s.workloads import RayFinetuneJob
 
 FABRIC_GATE = "fabric-gate (in namespaces.k8s.yaml)"
+CAPACITY_HOLD = "capacity-hold (in namespaces.k8s.yaml)"
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,12 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> list[Not
     nvrx_job = NvrxFsdpJob()
     # Before any chart: a job its file system cannot checkpoint in time is refused whatever the lock holds.
     check_checkpoint_writes(environment, nvrx_job)
+    block = has_block(environment)
     namespaces = NamespacesChart(
         app,
         "namespaces",
         environment=environment.name,
-        namespaces=(*TRAINING_NAMESPACES, FABRIC_GATE_SYSTEM),
+        namespaces=(*TRAINING_NAMESPACES, FABRIC_GATE_SYSTEM, *((CAPACITY_HOLD_SYSTEM,) if block else ())),
         vpc_cidr=environment.network.cidr,
     )
     TrainingCodeChart(app, "training-code", namespaces=(RAY.name, TRAINING.name))
@@ -95,6 +99,9 @@ def build(app: cdk8s.App, environment: Environment, lock: ImageLock) -> list[Not
         # The gated workloads' identity (the NVRx job in training, the RayJob's workers in ray) and the controller that
         # acts on their verdicts, in the namespaces' file: no apply step can leave them out.
         FabricGate(namespaces, "fabric-gate", environment=environment, lock=lock, namespaces=(RAY.name, TRAINING.name))
+    if block and ready(CAPACITY_HOLD, CONTROLLER_IMAGE):
+        # Kueue stops admitting onto a block a job admitted there could no longer checkpoint on (capacity_hold/).
+        CapacityHold(namespaces, "capacity-hold", environment=environment, lock=lock, nvrx_job=nvrx_job)
     workloads = []
     if ready("ray-cluster", RAY_IMAGE):
         cluster = RayClusterChart(app, "ray-cluster", environment=environment, lock=lock)

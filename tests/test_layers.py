@@ -14,7 +14,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("app.py", "infra", "k8s", "training", "fabric_controller", "trainctl", "rehearse", "gates", "scripts")
+SOURCES = (
+    "app.py",
+    "infra",
+    "k8s",
+    "training",
+    "fabric_controller",
+    "capacity_hold",
+    "trainctl",
+    "rehearse",
+    "gates",
+    "scripts",
+)
 
 # Layer (a dotted prefix; the longest one that matches a module is its layer) -> the layers it may import.
 # Only imports of this repository's own packages are checked here; infra/spec's third-party imports below.
@@ -31,11 +42,14 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "training.fabric_verdict",
         "training.deadline",
         "fabric_controller.config",
+        "capacity_hold.config",
+        "capacity_hold.decide",
     ),
     "training": ("training",),
     "fabric_controller": ("fabric_controller", "training.fabric_verdict", "training.kube_api", "training.rehearsal"),
+    "capacity_hold": ("capacity_hold", "training.fabric_verdict", "training.kube_api", "training.rehearsal"),
     "rehearse": ("rehearse", "training", "k8s", "infra.spec", "fabric_controller"),
-    "trainctl": ("trainctl", "infra.spec", "k8s", "training"),
+    "trainctl": ("trainctl", "infra.spec", "k8s", "training", "capacity_hold.decide"),
     "trainctl.commands": ("trainctl", "infra.spec", "k8s", "training", "rehearse"),
     "gates": ("gates", "infra.spec", "k8s", "app"),
     "scripts": ("scripts", "app", "infra", "k8s", "training", "fabric_controller", "trainctl", "rehearse", "gates"),
@@ -75,8 +89,8 @@ STDLIB_ONLY = (
     "training.kube_api",
     "training.deadline",
 )
-# The remediation controller ships as source to a plain Python image (k8s/charts/fabric_gate.py): all of it.
-STDLIB_ONLY_PACKAGES = ("fabric_controller",)
+# The controllers ship as source to a plain Python image (k8s/charts/small_controller.py): all of them.
+STDLIB_ONLY_PACKAGES = ("fabric_controller", "capacity_hold")
 
 
 def module_name(path: Path) -> str:

@@ -59,6 +59,11 @@ class AddOnPod:
 KUBERAY_OPERATOR_CPU = "100m"
 KUBERAY_OPERATOR_MEMORY = "512Mi"
 _KUEUE = KueueProps()
+# The platform's own controllers (k8s/charts/small_controller.py reads these): the fabric gate's remediation
+# controller, and the Capacity Block hold controller, counted whether or not the environment has a block (a pass here
+# must be a pass on the cluster).
+CONTROLLER_CPU = "50m"
+CONTROLLER_MEMORY = "64Mi"
 
 
 def _millis(cpu: str) -> int:
@@ -123,6 +128,10 @@ _TABLE: tuple[tuple[str, str, str, int, int, int, Where, str | None, str], ...] 
      "csi-resizer, liveness-probe 10m/32Mi each; tolerations CriticalAddonsOnly, NoExecute"),
     ("kuberay-operator", "kuberay", _S, 1, _millis(KUBERAY_OPERATOR_CPU), _mib(KUBERAY_OPERATOR_MEMORY), Where.SYSTEM,
      "kuberay_operator", "infra/addons/kuberay_operator.py values (resources.requests, nodeSelector role=system)"),
+    ("fabric-gate-controller", "fabric-gate-system", _S, 1, _millis(CONTROLLER_CPU), _mib(CONTROLLER_MEMORY),
+     Where.SYSTEM, None, "k8s/charts/fabric_gate.py Deployment (k8s/charts/small_controller.py), role=system"),
+    ("capacity-hold-controller", "capacity-hold-system", _S, 1, _millis(CONTROLLER_CPU), _mib(CONTROLLER_MEMORY),
+     Where.SYSTEM, None, "k8s/charts/capacity_hold.py Deployment (k8s/charts/small_controller.py), role=system"),
     ("kueue-controller-manager", "kueue-system", _S, 1, _millis(_KUEUE.cpu_request), _mib(_KUEUE.memory_request),
      Where.SYSTEM, "kueue",
      "infra/spec/kueue.py KueueProps (controllerManager.manager.resources.requests), nodeSelector role=system"),

@@ -105,6 +105,15 @@ FABRIC_GATE_SYSTEM = NamespaceSpec(
     warn="restricted",
 )
 
+# The Capacity Block hold controller (capacity_hold/, k8s/charts/capacity_hold.py), only in an environment with a GPU
+# group on a block: our code alone, with a ServiceAccount of its own, so Restricted holds.
+CAPACITY_HOLD_SYSTEM = NamespaceSpec(
+    name="capacity-hold-system",
+    purpose="the Capacity Block hold controller",
+    enforce="restricted",
+    warn="restricted",
+)
+
 # Where workloads run: emitted by the cdk8s chart and applied by CDK (the FSx claim lives here).
 TRAINING_NAMESPACES: tuple[NamespaceSpec, ...] = (RAY, TRAINING)
 

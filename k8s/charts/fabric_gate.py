@@ -17,6 +17,9 @@ Who can reach each identity decides what it may hold:
   collector delete the node: kubernetes pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem; a
   finalizer would wedge its deletion); and only on a GPU worker of a gated group (its labels before the update).
   Releasing the taint is an operator's `kubectl taint` (trainctl status prints it), whom the policy does not match.
+  Its ClusterQueue patch is narrowed the same way (QUEUE_POLICY): the quota (spec.resourceGroups) and its record
+  (TAKEN_ANNOTATION) only, never spec.stopPolicy, which the Capacity Block hold controller owns
+  (k8s/charts/capacity_hold.py), nor any other field or annotation.
 
 All of it ships in the namespaces' file (k8s/charts/namespaces.py), so no step can skip it. The expressions use
 standard CEL only, so tests evaluate them over real node objects (tests/k8s/test_fabric_gate_rbac.py).
@@ -30,12 +33,13 @@ from fabric_controller.config import ControllerConfig, GroupConfig
 from infra.spec import Environment
 from infra.spec.namespaces import RAY, TRAINING
 from infra.spec.scheduling import GPU_GROUP_LABEL, GPU_ROLE, ROLE_LABEL
+from k8s.charts.admission_rules import annotations_same_except, cluster_queue_update_policy, same
 from k8s.charts.objects import ADMISSION, RBAC, api_object
 from k8s.charts.small_controller import CONTROLLER_IMAGE, small_controller
 from k8s.images import ImageLock
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, gpu_quota
 from training.fabric_gate import NODE_EVENT_NAMESPACE, SERVICE_ACCOUNT
-from training.fabric_verdict import TAINT_EFFECT, TAINT_KEY
+from training.fabric_verdict import TAINT_EFFECT, TAINT_KEY, TAKEN_ANNOTATION
 
 VERDICTS_ROLE = "fabric-gate-verdicts"
 CONTROLLER = "fabric-gate-controller"
@@ -43,6 +47,20 @@ CONTROLLER_NAMESPACE = "fabric-gate-system"
 CONFIG_CONFIGMAP = f"{CONTROLLER}-config"
 CODE_ROOT = "/opt/fabric-gate"
 POLICY = "fabric-gate-controller-taint-only"
+QUEUE_POLICY = "fabric-gate-controller-quota-only"
+# Kueue v0.19.2 ClusterQueueSpec (v1beta2, k8s/crds/kueue-v0.19.2) fields other than the quota's resourceGroups.
+OTHER_QUEUE_FIELDS = (
+    "admissionChecksStrategy",
+    "admissionScope",
+    "cohortName",
+    "concurrentAdmissionPolicy",
+    "fairSharing",
+    "flavorFungibility",
+    "namespaceSelector",
+    "preemption",
+    "queueingStrategy",
+    "stopPolicy",
+)
 # What the controller's pod runs: its package and the two training modules it shares with the gate (and theirs).
 CONTROLLER_SOURCES = (
     "fabric_controller/__init__.py",
@@ -60,12 +78,6 @@ CONTROLLER_SOURCES = (
 
 # Node spec fields other than taints, from core/v1 NodeSpec (Kubernetes 1.36): the controller may change none.
 OTHER_SPEC_FIELDS = ("configSource", "externalID", "podCIDR", "podCIDRs", "providerID", "unschedulable")
-
-
-def _same(path: str) -> str:
-    return (
-        f"(has(object.{path}) == has(oldObject.{path})) && (!has(object.{path}) || object.{path} == oldObject.{path})"
-    )
 
 
 def _others(side: str) -> str:
@@ -96,11 +108,22 @@ def validations(groups: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
             f"(has(object.spec.taints) && object.spec.taints.exists(t, t.key == '{TAINT_KEY}'))",
             f"the fabric gate controller never removes {TAINT_KEY}: an operator releases a repaired node",
         ),
-        (_same("metadata.labels"), "the fabric gate controller may not change a node's labels"),
-        (_same("metadata.annotations"), "the fabric gate controller may not change a node's annotations"),
-        (_same("metadata.ownerReferences"), "the fabric gate controller may not change a node's ownerReferences"),
-        (_same("metadata.finalizers"), "the fabric gate controller may not change a node's finalizers"),
-        *((_same(f"spec.{n}"), f"the fabric gate controller may not change spec.{n}") for n in OTHER_SPEC_FIELDS),
+        (same("metadata.labels"), "the fabric gate controller may not change a node's labels"),
+        (same("metadata.annotations"), "the fabric gate controller may not change a node's annotations"),
+        (same("metadata.ownerReferences"), "the fabric gate controller may not change a node's ownerReferences"),
+        (same("metadata.finalizers"), "the fabric gate controller may not change a node's finalizers"),
+        *((same(f"spec.{n}"), f"the fabric gate controller may not change spec.{n}") for n in OTHER_SPEC_FIELDS),
+    )
+
+
+def queue_validations() -> tuple[tuple[str, str], ...]:
+    who = "the fabric gate controller"
+    return (
+        *((same(f"spec.{f}"), f"{who} may not change spec.{f}") for f in OTHER_QUEUE_FIELDS),
+        (annotations_same_except(TAKEN_ANNOTATION), f"{who} may change no annotation but {TAKEN_ANNOTATION}"),
+        (same("metadata.labels"), f"{who} may not change a ClusterQueue's labels"),
+        (same("metadata.ownerReferences"), f"{who} may not change a ClusterQueue's ownerReferences"),
+        (same("metadata.finalizers"), f"{who} may not change a ClusterQueue's finalizers"),
     )
 
 
@@ -254,6 +277,10 @@ class FabricGate(Construct):
         api_object(self, "policy", ADMISSION, "ValidatingAdmissionPolicy", POLICY, spec=policy)
         binding = {"policyName": POLICY, "validationActions": ["Deny"]}
         api_object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)
+        queue_policy = cluster_queue_update_policy(CONTROLLER, controller_username(), queue_validations())
+        api_object(self, "queue-policy", ADMISSION, "ValidatingAdmissionPolicy", QUEUE_POLICY, spec=queue_policy)
+        binding = {"policyName": QUEUE_POLICY, "validationActions": ["Deny"]}
+        api_object(self, "queue-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", QUEUE_POLICY, spec=binding)
 
     def _controller(self, config: ControllerConfig, lock: ImageLock) -> None:
         small_controller(

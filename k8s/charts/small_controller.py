@@ -11,6 +11,7 @@ from typing import Any
 
 from constructs import Construct
 
+from infra.spec.addon_pods import CONTROLLER_CPU, CONTROLLER_MEMORY
 from infra.spec.scheduling import SYSTEM_NODE_SELECTOR
 from k8s.charts.objects import api_object
 from k8s.ray_spec import CONTAINER_SECURITY
@@ -18,7 +19,7 @@ from k8s.ray_spec import CONTAINER_SECURITY
 ROOT = Path(__file__).resolve().parents[2]
 # The controllers' own small Python image (k8s/images.lock.json): both run standard-library code only.
 CONTROLLER_IMAGE = "fabric-gate-controller"
-REQUESTS = {"cpu": "50m", "memory": "64Mi"}
+REQUESTS = {"cpu": CONTROLLER_CPU, "memory": CONTROLLER_MEMORY}
 LIMITS = {"cpu": "200m", "memory": "128Mi"}
 
 

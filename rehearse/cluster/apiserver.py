@@ -13,7 +13,8 @@ make (training/kube_api.py KubeApi, fabric_controller/), served over HTTP from t
     GET   /apis/kueue.x-k8s.io/v1beta2/namespaces/NS/workloads?labelSelector=   the Kueue model's Workloads
     GET   /apis/kueue.x-k8s.io/v1beta2/clusterqueues/NAME  a ClusterQueue of the environment
     PATCH /apis/kueue.x-k8s.io/v1beta2/clusterqueues/NAME  application/merge-patch+json (RFC 7386): annotations,
-                                                           nominalQuota and stopPolicy; the Kueue model follows at once
+                                                           nominalQuota and stopPolicy, admitted by the policies;
+                                                           the Kueue model follows at once
 
 Objects a controller owns carry the ownerReferences it sets: a Job's pods the Job (Kubernetes 1.36
 pkg/controller/job/job_controller.go, metav1.NewControllerRef), a RayCluster's pods the RayCluster and a RayJob's
@@ -714,6 +715,17 @@ class ClusterApi:
                 parsed = Queues.from_objects([new]).cluster_queues[name]
             except (KueueError, ValueError, KeyError) as exc:
                 raise ApiError(422, "Invalid", f'ClusterQueue.kueue.x-k8s.io "{name}" is invalid: {exc}') from None
+            denial = self.policies.denied(
+                user,
+                operation="UPDATE",
+                group="kueue.x-k8s.io",
+                version="v1beta2",
+                resource="clusterqueues",
+                obj=new,
+                old=current,
+            )
+            if denial is not None:
+                raise ApiError(422, "Invalid", f'clusterqueues.kueue.x-k8s.io "{name}" is forbidden: {denial}')
             new["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
             self.cluster_queues[name] = new
             if self.kueue is not None:

@@ -18,8 +18,9 @@ SUBMITTER = SystemPod(name="RayJob qwen-finetune submitter", cpu_millis=200, mem
 def test_a_system_nodes_room_is_allocatable_less_every_add_on_pod_that_may_land_there() -> None:
     # m7i.xlarge allocatable 3920m / 15391Mi (infra/spec/kubelet.py); DaemonSets 465m / 287Mi on every node
     # (docs/rehearsal-cluster.md); CoreDNS 2 x 100m/70Mi, CloudWatch operator 100m/64Mi, FSx CSI controller
-    # 2 x 40m/136Mi, KubeRay operator 100m/512Mi, Kueue manager 500m/512Mi: 980m / 1500Mi, counted whole on each node.
-    assert system_node_room(ENVIRONMENTS["dev"]) == Room(cpu_millis=3920 - 465 - 980, memory_mib=15391 - 287 - 1500)
+    # 2 x 40m/136Mi, KubeRay operator 100m/512Mi, Kueue manager 500m/512Mi, the fabric gate's and the hold
+    # controller 2 x 50m/64Mi: 1080m / 1628Mi, counted whole on each node.
+    assert system_node_room(ENVIRONMENTS["dev"]) == Room(cpu_millis=3920 - 465 - 1080, memory_mib=15391 - 287 - 1628)
     assert system_node_zones(ENVIRONMENTS["dev"]) == ["us-west-2a", "us-west-2b"]
     assert system_node_zones(ENVIRONMENTS["prod"]) == ["us-east-2a", "us-east-2b"]  # min_size 2 of 3 zones
 
@@ -37,7 +38,7 @@ def test_the_heads_as_issue_22_found_them_are_refused_naming_the_pod_the_zone_an
     assert error.value.value == "2 x m7i.xlarge"
     message = str(error.value)
     assert "RayCluster training head (2500m, 8704Mi) may use the 1 system node(s) in us-west-2a" in message
-    assert "each with 2475m and 13604Mi after the add-on pods, and does not fit there even alone" in message
+    assert "each with 2375m and 13476Mi after the add-on pods, and does not fit there even alone" in message
     assert "Fix: raise system_nodes.scaling.min_size or pick a larger system_nodes.instance_type" in message
     # Without the sidecar the RayCluster head fits alone; the RayJob head then finds the node taken.
     pods[0] = SystemPod(name="RayCluster training head", cpu_millis=HEAD_CPU, memory_mib=HEAD_MEMORY, zone_pinned=True)
@@ -56,7 +57,7 @@ def test_heads_without_the_claim_fit_one_per_node_and_a_third_head_is_refused_un
     with pytest.raises(ConfigError) as error:
         check_system_pods_fit(dev, [*heads, third])
     assert (
-        "RayCluster training head (2000m, 8192Mi) may use the 2 system node(s), each with 2475m and 13604Mi after the "
+        "RayCluster training head (2000m, 8192Mi) may use the 2 system node(s), each with 2375m and 13476Mi after the "
         "add-on pods, and stays Pending when node 0 (us-west-2a) holds RayJob qwen-finetune head; node 1 (us-west-2b) "
         "holds RayJob other head"
     ) in str(error.value)

@@ -48,14 +48,16 @@ def test_every_environment_gets_namespaces_code_cluster_and_job(dist: Path) -> N
         # The namespaces with their NetworkPolicies and pod policy (k8s/charts/pod_security.py: Baseline plus
         # IPC_LOCK) and, with them, the fabric gate (k8s/charts/fabric_gate.py): the gated pods' identity in each
         # workload namespace, the controller's (a Role in each, one in default for the Nodes' Events, a
-        # ClusterRole), its policy, code, config and Deployment.
+        # ClusterRole), its two policies (nodes, ClusterQueues), code, config and Deployment. No Capacity Block group:
+        # no hold controller.
         assert sorted(kinds["namespaces.k8s.yaml"]) == sorted(
             ["Namespace", "NetworkPolicy"] * 3
             + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
             + ["ServiceAccount", "Role", "RoleBinding"] * 2
             + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
             + ["Role", "RoleBinding"] * 3
-            + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "ConfigMap", "Deployment"]
+            + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
+            + ["ConfigMap", "ConfigMap", "Deployment"]
         )
 
 

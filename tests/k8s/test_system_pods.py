@@ -53,6 +53,6 @@ def test_synth_refuses_an_environment_whose_system_nodes_cannot_hold_both_heads(
         build(cdk8s.App(), small, check_lock(LOCK))  # with the built NVRx images' placeholders
     assert error.value.field == "dev.system_nodes"
     assert (
-        "RayCluster training head (2000m, 8192Mi) may use the 1 system node(s), each with 2475m and 13604Mi after the "
+        "RayCluster training head (2000m, 8192Mi) may use the 1 system node(s), each with 2375m and 13476Mi after the "
         "add-on pods, and stays Pending when node 0 (us-west-2a) holds RayJob qwen-finetune head"
     ) in str(error.value)

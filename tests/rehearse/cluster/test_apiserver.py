@@ -6,6 +6,7 @@ what an identity may not do is refused with the API server's answers; what the s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.error
 import urllib.request
@@ -15,11 +16,14 @@ from typing import Any
 import cdk8s
 import pytest
 
+from capacity_hold.decide import HOLD_ANNOTATION
 from fabric_controller import act
-from infra.spec import get_environment
+from infra.spec import Capacity, CapacityKind, get_environment
+from k8s.charts.capacity_hold import CapacityHold
 from k8s.charts.fabric_gate import FabricGate, controller_config
 from k8s.check_lock import check_lock
 from k8s.images import ImageLock
+from k8s.nvrx_spec import NvrxFsdpJob
 from rehearse.cluster.apiserver import ClusterApi
 from rehearse.cluster.nodes import ClusterNode, build_nodes
 from rehearse.cluster.scheduler import PodToPlace, Volumes, schedule
@@ -28,7 +32,7 @@ from rehearse.fake import FakeClock
 from rehearse.network import LoopbackNetwork
 from rehearse.options import Options
 from rehearse.pods import PodPlan
-from training.fabric_verdict import TAINT_KEY, ReportedVerdict
+from training.fabric_verdict import TAINT_KEY, TAKEN_ANNOTATION, ReportedVerdict
 from training.kube_api import API_TOKEN_ENV, API_URL_ENV, MERGE_PATCH, KubeApi, KubeError
 
 GPU_POD = {
@@ -213,13 +217,40 @@ def test_a_patch_of_anything_but_taints_is_not_emulated_for_an_identity_the_poli
     assert "spec.unschedulable" in (api.unemulated() or "")
 
 
+def hold_objects() -> list[dict[str, Any]]:
+    """The Capacity Block hold controller's objects for prod with g6 on a block, and an operator's identity that may
+    patch every ClusterQueue (no policy matches it)."""
+    prod = get_environment("prod")
+    block = Capacity(kind=CapacityKind.CAPACITY_BLOCK, reservation_id="cr-0123456789abcdef0", end="2026-12-10T11:30Z")
+    groups = tuple(dataclasses.replace(g, capacity=block) if g.name == "g6" else g for g in prod.gpu_node_groups)
+    chart = cdk8s.Chart(cdk8s.App(), "namespaces")
+    job = NvrxFsdpJob(gpu_group="g6", step_seconds=2.0)
+    CapacityHold(
+        chart,
+        "hold",
+        environment=dataclasses.replace(prod, gpu_node_groups=groups),
+        lock=check_lock(ImageLock.load()),
+        nvrx_job=job,
+    )
+    rule = {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"]}
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "operator"}
+    subject = {"kind": "ServiceAccount", "name": "operator", "namespace": "default"}
+    operator = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "operator"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "operator"}},
+    ]
+    operator[0]["rules"] = [rule]
+    operator[1] |= {"roleRef": ref, "subjects": [subject]}
+    return [*chart.to_json(), *operator]
+
+
 @pytest.fixture
 def queued() -> Iterator[ClusterApi]:
-    """The API server of a cluster rehearsal (prod, g6=3) with the environment's ClusterQueues and Kueue model."""
+    """The API server of a cluster rehearsal (prod, g6=3) with the environment's ClusterQueues and Kueue model, the
+    fabric gate's objects, the hold controller's for g6 on a block, and an operator."""
     clock = FakeClock()
-    _, session = cluster_options(
-        Options(clock=clock), gate_objects(), environment="prod", gpu_nodes={"g6": 3}, clock=clock
-    )
+    objects = [*gate_objects(), *hold_objects()]
+    _, session = cluster_options(Options(clock=clock), objects, environment="prod", gpu_nodes={"g6": 3}, clock=clock)
     assert session.api is not None
     session.api.start(LoopbackNetwork())
     yield session.api
@@ -252,7 +283,7 @@ def test_the_controllers_quota_move_reaches_the_kueue_model_and_a_stale_version_
 
 
 def test_a_stop_policy_patch_reaches_the_kueue_model_and_the_queue_reports_it_inactive(queued: ClusterApi) -> None:
-    controller = client(queued, *CONTROLLER)
+    controller = client(queued, "default", "operator")
     kueue = queued.kueue
     assert kueue is not None
     job = {
@@ -273,6 +304,37 @@ def test_a_stop_policy_patch_reaches_the_kueue_model_and_the_queue_reports_it_in
     controller.request("PATCH", QUEUE, {"spec": {"stopPolicy": None}}, MERGE_PATCH)
     assert controller.get(QUEUE)["status"]["conditions"][0]["reason"] == "Ready"
     assert [e.kind for e in kueue.advance(3)] == ["Requeued", "Admitted"]
+
+
+HOLDER = ("capacity-hold-system", "capacity-hold-controller")
+
+
+def test_the_hold_controller_may_set_only_its_stop_policy_and_record_and_the_gate_controller_no_stop_policy(
+    queued: ClusterApi,
+) -> None:
+    holder, gate = client(queued, *HOLDER), client(queued, *CONTROLLER)
+    held = {"metadata": {"annotations": {HOLD_ANNOTATION: "{}"}}, "spec": {"stopPolicy": "Hold"}}
+    holder.request("PATCH", QUEUE, held, MERGE_PATCH)
+    assert queued.kueue is not None
+    assert queued.kueue.queues.cluster_queues["gpu-g6"].stop_policy == "Hold"
+    policy = r"HTTP 422.*ValidatingAdmissionPolicy 'capacity-hold-controller-stop-policy-only'.*"
+    with pytest.raises(KubeError, match=policy + "HoldAndDrain would evict"):
+        holder.request("PATCH", QUEUE, {"spec": {"stopPolicy": "HoldAndDrain"}}, MERGE_PATCH)
+    quota = gate.get(QUEUE)["spec"]["resourceGroups"]
+    quota[0]["flavors"][0]["resources"][0]["nominalQuota"] = "4"
+    with pytest.raises(KubeError, match=policy + "may not change spec.resourceGroups"):
+        holder.request("PATCH", QUEUE, {"spec": {"resourceGroups": quota}}, MERGE_PATCH)
+    with pytest.raises(KubeError, match=policy + "may change no annotation but platform/capacity-hold"):
+        holder.request("PATCH", QUEUE, {"metadata": {"annotations": {TAKEN_ANNOTATION: "{}"}}}, MERGE_PATCH)
+    with pytest.raises(KubeError, match=r'HTTP 403.*clusterqueues \\"gpu-p5\\" is forbidden'):
+        holder.request("PATCH", QUEUE.replace("gpu-g6", "gpu-p5"), held, MERGE_PATCH)
+    gated = r"HTTP 422.*'fabric-gate-controller-quota-only'.*"
+    with pytest.raises(KubeError, match=gated + "may not change spec.stopPolicy"):
+        gate.request("PATCH", QUEUE, {"spec": {"stopPolicy": None}}, MERGE_PATCH)
+    with pytest.raises(KubeError, match=gated + "may change no annotation but fabric-gate.platform/taken"):
+        gate.request("PATCH", QUEUE, {"metadata": {"annotations": {HOLD_ANNOTATION: None}}}, MERGE_PATCH)
+    assert queued.kueue.queues.cluster_queues["gpu-g6"].stop_policy == "Hold"
+    assert gate.get(QUEUE)["metadata"]["annotations"] == {HOLD_ANNOTATION: "{}"}
 
 
 def test_a_clusterqueue_patch_beyond_annotations_and_quota_is_not_emulated(queued: ClusterApi) -> None:

@@ -1,0 +1,41 @@
+"""What the charts' ValidatingAdmissionPolicies are made of: CEL comparing an UPDATE's object with its oldObject, and a
+policy on one identity's ClusterQueue updates. Standard CEL only (macros over lists and maps, has()), so the tests and
+the rehearsal evaluate them with cel-python."""
+
+from __future__ import annotations
+
+
+def same(path: str) -> str:
+    """`path` is unchanged: present in both with one value, or in neither."""
+    return (
+        f"(has(object.{path}) == has(oldObject.{path})) && (!has(object.{path}) || object.{path} == oldObject.{path})"
+    )
+
+
+def annotations_same_except(key: str) -> str:
+    """Every annotation but `key` is unchanged: none added, removed or given another value."""
+    new, old = "object.metadata.annotations", "oldObject.metadata.annotations"
+    return (
+        f"(!has({new}) || {new}.all(k, k == '{key}' || (has({old}) && k in {old} && {old}[k] == {new}[k]))) && "
+        f"(!has({old}) || {old}.all(k, k == '{key}' || (has({new}) && k in {new})))"
+    )
+
+
+def cluster_queue_update_policy(name: str, username: str, rules: tuple[tuple[str, str], ...]) -> dict[str, object]:
+    """A policy on one identity's ClusterQueue UPDATEs (a PATCH is admitted as an UPDATE), at v1beta2: the default
+    matchPolicy Equivalent converts a request made at another version to it."""
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": ["kueue.x-k8s.io"],
+                    "apiVersions": ["v1beta2"],
+                    "operations": ["UPDATE"],
+                    "resources": ["clusterqueues"],
+                }
+            ]
+        },
+        "matchConditions": [{"name": name, "expression": f"request.userInfo.username == '{username}'"}],
+        "validations": [{"expression": e, "message": m} for e, m in rules],
+    }

@@ -1,0 +1,174 @@
+"""The Capacity Block hold controller's identity, power and Deployment (capacity_hold/): only for an environment with
+a GPU group on a block.
+
+It runs our code alone, in its own namespace on the system nodes, with a token no workload mounts. Its
+ServiceAccount may `get` and `patch` the block groups' ClusterQueues (by name) and `create` Events in `default`
+(a ClusterQueue is cluster-scoped: Kubernetes 1.36 pkg/apis/core/validation/events.go legacyValidateEvent). RBAC
+cannot narrow a patch to one field, so a ValidatingAdmissionPolicy bound with [Deny] matches this identity's
+ClusterQueue UPDATEs (a PATCH is admitted as an UPDATE; matchPolicy Equivalent converts a v1beta1 request to
+v1beta2) and lets it change only `spec.stopPolicy`, to None or Hold, and its own annotation: never the quota, the
+cohort, the namespaceSelector or any other field of the Kueue v0.19.2 ClusterQueueSpec
+(k8s/crds/kueue-v0.19.2/kueue.x-k8s.io_clusterqueues.yaml, v1beta2), never HoldAndDrain (which would evict the jobs
+in the middle of their last save).
+"""
+
+from __future__ import annotations
+
+from constructs import Construct
+
+from capacity_hold.config import BlockGroup, HoldConfig
+from capacity_hold.decide import HOLD, HOLD_ANNOTATION, NONE
+from infra.spec import Environment
+from infra.spec.environments import CAPACITY_BLOCK_STOP_MARGIN
+from infra.spec.namespaces import CAPACITY_HOLD_SYSTEM
+from k8s.capacity_deadline import first_checkpoint_lead, on_block
+from k8s.charts.admission_rules import annotations_same_except, cluster_queue_update_policy, same
+from k8s.charts.objects import ADMISSION, RBAC, api_object
+from k8s.charts.small_controller import CONTROLLER_IMAGE, small_controller
+from k8s.images import ImageLock
+from k8s.nvrx_spec import NvrxFsdpJob
+from k8s.queueing import cluster_queue_name
+from k8s.ray_spec import gpu_group
+
+CONTROLLER = "capacity-hold-controller"
+NAMESPACE = CAPACITY_HOLD_SYSTEM.name
+CONFIG_CONFIGMAP = f"{CONTROLLER}-config"
+CODE_ROOT = "/opt/capacity-hold"
+POLICY = "capacity-hold-controller-stop-policy-only"
+EVENT_NAMESPACE = "default"
+SOURCES = (
+    "capacity_hold/__init__.py",
+    "capacity_hold/__main__.py",
+    "capacity_hold/act.py",
+    "capacity_hold/config.py",
+    "capacity_hold/decide.py",
+    "capacity_hold/loop.py",
+    "training/__init__.py",
+    "training/fabric_verdict.py",
+    "training/kube_api.py",
+    "training/rehearsal.py",
+)
+# Kueue v0.19.2 ClusterQueueSpec (v1beta2) fields other than stopPolicy.
+OTHER_SPEC_FIELDS = (
+    "admissionChecksStrategy",
+    "admissionScope",
+    "cohortName",
+    "concurrentAdmissionPolicy",
+    "fairSharing",
+    "flavorFungibility",
+    "namespaceSelector",
+    "preemption",
+    "queueingStrategy",
+    "resourceGroups",
+)
+TOKEN_ACK = (
+    "CKV_K8S_38=the Capacity Block hold controller acts through the API server with its own ServiceAccount "
+    "(k8s/charts/capacity_hold.py: RBAC plus a ValidatingAdmissionPolicy); no workload pod mounts this token"
+)
+EVENTS_ACK = (
+    "CKV_K8S_21=a ClusterQueue's Events must be in default (Kubernetes events validation); create on events only"
+)
+
+
+def has_block(environment: Environment) -> bool:
+    return any(on_block(g) for g in environment.gpu_node_groups)
+
+
+def hold_config(environment: Environment, nvrx_job: NvrxFsdpJob) -> HoldConfig:
+    """Each block group: its queue, the block's end, the stop margin and the lead (the NVRx job's startup and steps
+    to its first checkpoint where it runs on that group, else the startup alone)."""
+    job_group = gpu_group(environment, nvrx_job.gpu_group).name
+    groups = {}
+    for group in environment.gpu_node_groups:
+        if not on_block(group):
+            continue
+        assert group.capacity.end is not None  # required of a block group (infra/spec Capacity)
+        runs_here = group.name == job_group
+        lead_s, lead = first_checkpoint_lead(
+            group,
+            job_name=nvrx_job.name if runs_here else None,
+            startup_s=nvrx_job.startup_seconds,
+            every_steps=nvrx_job.checkpoint.every_steps,
+            steps=nvrx_job.steps,
+            step_seconds=nvrx_job.step_seconds,
+        )
+        margin = CAPACITY_BLOCK_STOP_MARGIN.total_seconds()
+        queue = cluster_queue_name(group.name)
+        groups[group.name] = BlockGroup(group.name, queue, group.capacity.end, margin, lead_s, lead)
+    return HoldConfig(groups)
+
+
+def controller_username() -> str:
+    return f"system:serviceaccount:{NAMESPACE}:{CONTROLLER}"
+
+
+def validations() -> tuple[tuple[str, str], ...]:
+    who = "the Capacity Block hold controller"
+    return (
+        (
+            f"!has(object.spec.stopPolicy) || object.spec.stopPolicy in ['{NONE}', '{HOLD}']",
+            f"{who} may set stopPolicy to {NONE} or {HOLD} only (HoldAndDrain would evict the jobs mid-save)",
+        ),
+        *((same(f"spec.{f}"), f"{who} may not change spec.{f}") for f in OTHER_SPEC_FIELDS),
+        (annotations_same_except(HOLD_ANNOTATION), f"{who} may change no annotation but {HOLD_ANNOTATION}"),
+        (same("metadata.labels"), f"{who} may not change a ClusterQueue's labels"),
+        (same("metadata.ownerReferences"), f"{who} may not change a ClusterQueue's ownerReferences"),
+        (same("metadata.finalizers"), f"{who} may not change a ClusterQueue's finalizers"),
+    )
+
+
+def _role_ref(kind: str, name: str) -> dict[str, str]:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+
+
+class CapacityHold(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        lock: ImageLock,
+        nvrx_job: NvrxFsdpJob,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        config = hold_config(environment, nvrx_job)
+        me = [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
+        api_object(self, "sa", "v1", "ServiceAccount", CONTROLLER, NAMESPACE)
+        queues = sorted(g.queue for g in config.groups.values())
+        rules = [
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"]}
+            | {"resourceNames": queues}
+        ]
+        api_object(self, "cluster-role", RBAC, "ClusterRole", CONTROLLER, rules=rules)
+        ref = _role_ref("ClusterRole", CONTROLLER)
+        api_object(self, "cluster-binding", RBAC, "ClusterRoleBinding", CONTROLLER, roleRef=ref, subjects=me)
+        ack = {"checkov.io/skip1": EVENTS_ACK}
+        events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+        api_object(self, "events", RBAC, "Role", CONTROLLER, EVENT_NAMESPACE, annotations=ack, rules=events)
+        api_object(
+            self,
+            "events-binding",
+            RBAC,
+            "RoleBinding",
+            CONTROLLER,
+            EVENT_NAMESPACE,
+            annotations=ack,
+            roleRef=_role_ref("Role", CONTROLLER),
+            subjects=me,
+        )
+        policy = cluster_queue_update_policy(CONTROLLER, controller_username(), validations())
+        api_object(self, "policy", ADMISSION, "ValidatingAdmissionPolicy", POLICY, spec=policy)
+        binding = {"policyName": POLICY, "validationActions": ["Deny"]}
+        api_object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)
+        small_controller(
+            self,
+            name=CONTROLLER,
+            namespace=NAMESPACE,
+            image=lock.pinned(CONTROLLER_IMAGE),
+            module="capacity_hold",
+            code_root=CODE_ROOT,
+            sources=SOURCES,
+            config=config.to_json(),
+            ack=TOKEN_ACK,
+        )
