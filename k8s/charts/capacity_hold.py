@@ -87,7 +87,7 @@ def hold_config(environment: Environment, nvrx_job: NvrxFsdpJob) -> HoldConfig:
         lead_s, lead = first_checkpoint_lead(
             group,
             job_name=nvrx_job.name if runs_here else None,
-            startup_s=nvrx_job.startup_seconds,
+            startup_s=nvrx_job.startup_seconds if runs_here else None,
             every_steps=nvrx_job.checkpoint.every_steps,
             steps=nvrx_job.steps,
             step_seconds=nvrx_job.step_seconds,
