@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from capacity_hold.decide import QueueState
 from infra.spec import ConfigError, get_environment
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, quota_nodes
 from trainctl import queue_quota
@@ -36,6 +37,10 @@ class GroupQueue:
     difference: str | None
     taken_out: tuple[str, ...] = field(default=())
     """Nodes the fabric gate's controller took out of this queue's quota (its annotation, fabric_controller/)."""
+    stop_policy: str = "None"
+    held_for: str | None = None
+    """The Capacity Block whose end the hold controller (capacity_hold/) holds this queue for; None: it did not."""
+    held_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +52,7 @@ class GroupQueue:
             "registered_nodes": self.registered_nodes,
             "difference": self.difference,
             "taken_out": [{"node": n, "release": release_command(n)} for n in self.taken_out],
+            "stop_policy": {"policy": self.stop_policy, "held_for_block_ending": self.held_for},
         }
 
 
@@ -103,8 +109,22 @@ def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
             usable, registered = len(report.usable), len(report.nodes)
             difference = queue_quota.difference(env, group, quota, usable, registered)
             taken = taken_out(queue) if queue is not None else ()
+            state = QueueState.of(queue) if queue is not None else None
+            record = state.record if state is not None else None
             rows.append(
-                GroupQueue(env.name, group.name, quota.queue, quota.nodes, usable, registered, difference, taken)
+                GroupQueue(
+                    env.name,
+                    group.name,
+                    quota.queue,
+                    quota.nodes,
+                    usable,
+                    registered,
+                    difference,
+                    taken,
+                    stop_policy=state.stop_policy if state is not None else "None",
+                    held_for=record.end if record is not None else None,
+                    held_from=record.hold_at if record is not None else None,
+                )
             )
     return rows
 
@@ -121,6 +141,16 @@ def render(rows: list[GroupQueue]) -> list[str]:
         "GPU queues (Kueue quota in whole nodes, beside the nodes that can run its pods):",
         table(["GROUP", "CLUSTERQUEUE", "QUOTA", "USABLE", "REGISTERED", "MATCH"], cells),
     ]
+    held = [r for r in rows if r.stop_policy != "None"]
+    if held:
+        lines += [
+            "",
+            "Queues that admit no new workload (Kueue stopPolicy):",
+            table(
+                ["GROUP", "CLUSTERQUEUE", "POLICY", "WHY"],
+                [[r.group, r.queue, r.stop_policy, _why_held(r)] for r in held],
+            ),
+        ]
     taken = [[r.group, n, release_command(n)] for r in rows for n in r.taken_out]
     if taken:
         lines += [
@@ -129,3 +159,10 @@ def render(rows: list[GroupQueue]) -> list[str]:
             table(["GROUP", "NODE", "RELEASE AFTER REPAIR"], taken),
         ]
     return lines
+
+
+def _why_held(row: GroupQueue) -> str:
+    if row.held_for is not None:
+        return f"the Capacity Block ends {row.held_for} (held from {row.held_from}): deploy the next block's end"
+    lift = f'kubectl patch clusterqueue {row.queue} --type merge -p \'{{"spec":{{"stopPolicy":"None"}}}}\''
+    return f"set by someone else; to admit again: {lift}"

@@ -119,6 +119,7 @@ def test_status_shows_the_queues_and_warns_with_the_fix(
             "registered_nodes": 0,
             "difference": document["gpu_queues"][0]["difference"],
             "taken_out": [],
+            "stop_policy": {"policy": "None", "held_for_block_ending": None},
         }
     ]
     assert document["gpu_queues"][0]["difference"].startswith("gpu-g6 covers 2 node(s) but 0 are usable")
@@ -141,3 +142,25 @@ def test_the_quota_the_gate_controller_took_out_is_shown_with_the_release_comman
     text = "\n".join(render([row]))
     assert "took out with a node" in text
     assert "kubectl taint node ip-10-10-0-1 platform/fabric-gate:NoSchedule-" in text
+
+
+def test_a_held_queue_is_shown_with_who_held_it_and_why(queues: Any, tmp_path: Path) -> None:
+    """The Capacity Block hold controller (capacity_hold/) held the queue: its record says for which block."""
+    from capacity_hold.decide import HOLD_ANNOTATION, HoldRecord
+    from trainctl.queue_status import render
+
+    kube = queues(quota_nodes=2, nodes=2)
+    (queue,) = kube.queues.values()
+    queue["spec"]["stopPolicy"] = "Hold"
+    record = HoldRecord("2026-12-10T11:30:00+00:00", "2026-12-10T10:10:00+00:00", "startup 1200 s")
+    queue["metadata"].setdefault("annotations", {})[HOLD_ANNOTATION] = record.dump()
+    (row,) = rows(kube, tmp_path)
+    assert row.to_json()["stop_policy"] == {"policy": "Hold", "held_for_block_ending": "2026-12-10T11:30:00+00:00"}
+    text = "\n".join(render([row]))
+    assert "admit no new workload" in text
+    assert "the Capacity Block ends 2026-12-10T11:30:00+00:00 (held from 2026-12-10T10:10:00+00:00)" in text
+    queue["metadata"]["annotations"].pop(HOLD_ANNOTATION)
+    (row,) = rows(kube, tmp_path)
+    text = "\n".join(render([row]))
+    assert "set by someone else" in text
+    assert 'kubectl patch clusterqueue gpu-g6 --type merge -p \'{"spec":{"stopPolicy":"None"}}\'' in text
