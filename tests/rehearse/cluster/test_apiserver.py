@@ -235,13 +235,16 @@ def hold_objects() -> list[dict[str, Any]]:
     rule = {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"]}
     ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "operator"}
     subject = {"kind": "ServiceAccount", "name": "operator", "namespace": "default"}
-    operator = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "operator"}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "operator"}},
-    ]
-    operator[0]["rules"] = [rule]
-    operator[1] |= {"roleRef": ref, "subjects": [subject]}
-    return [*chart.to_json(), *operator]
+    rbac = "rbac.authorization.k8s.io/v1"
+    role: dict[str, Any] = {
+        "apiVersion": rbac,
+        "kind": "ClusterRole",
+        "metadata": {"name": "operator"},
+        "rules": [rule],
+    }
+    binding: dict[str, Any] = {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": "operator"}}
+    binding |= {"roleRef": ref, "subjects": [subject]}
+    return [*chart.to_json(), role, binding]
 
 
 @pytest.fixture

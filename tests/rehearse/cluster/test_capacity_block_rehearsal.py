@@ -115,8 +115,9 @@ class HoldingRuntime(FakeRuntime):
         self.polled = -float("inf")
 
     def poll(self) -> list[Pod]:
-        (pod,) = [p for p in self.pods.values() if p.name.startswith(f"{HOLD_CONTROLLER}-")] or [None]
-        if self.api is not None and pod is not None and pod.running:
+        pods = [p for p in self.pods.values() if p.name.startswith(f"{HOLD_CONTROLLER}-") and p.running]
+        if self.api is not None and pods:
+            (pod,) = pods
             if self.controller is None:
                 token = self.api.pod_env(pod.plan)[API_TOKEN_ENV]
                 clock = lambda: self.epoch + self.clock.now()  # noqa: E731
