@@ -14,6 +14,7 @@ from typing import Any
 
 from capacity_hold.decide import QueueState
 from infra.spec import ConfigError, get_environment
+from k8s.capacity_deadline import on_block
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, quota_nodes
 from trainctl import queue_quota
 from trainctl.kube import api_errors
@@ -41,6 +42,8 @@ class GroupQueue:
     held_for: str | None = None
     """The Capacity Block whose end the hold controller (capacity_hold/) holds this queue for; None: it did not."""
     held_from: str | None = None
+    on_block: bool = False
+    """The group is on a Capacity Block in this checkout's spec."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +127,7 @@ def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
                     stop_policy=state.stop_policy if state is not None else "None",
                     held_for=record.end if record is not None else None,
                     held_from=record.hold_at if record is not None else None,
+                    on_block=on_block(group),
                 )
             )
     return rows
@@ -162,7 +166,12 @@ def render(rows: list[GroupQueue]) -> list[str]:
 
 
 def _why_held(row: GroupQueue) -> str:
-    if row.held_for is not None:
-        return f"the Capacity Block ends {row.held_for} (held from {row.held_from}): deploy the next block's end"
     lift = f'kubectl patch clusterqueue {row.queue} --type merge -p \'{{"spec":{{"stopPolicy":"None"}}}}\''
+    if row.held_for is not None and row.on_block:
+        return f"the Capacity Block ends {row.held_for} (held from {row.held_from}): deploy the next block's end"
+    if row.held_for is not None:
+        return (
+            f"held for the Capacity Block that ended {row.held_for}, but the group is no longer on a block: delete "
+            f"namespace capacity-hold-system, then {lift}"
+        )
     return f"set by someone else; to admit again: {lift}"
