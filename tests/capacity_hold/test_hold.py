@@ -115,3 +115,21 @@ def test_a_change_between_read_and_write_is_decided_again_on_the_next_poll(api: 
     assert controller.tick() == []
     assert api.objects[CQ]["spec"]["stopPolicy"] == "HoldAndDrain"
     assert HOLD_ANNOTATION not in api.objects[CQ]["metadata"]["annotations"]
+
+
+def test_a_missing_queue_or_a_bad_new_config_is_logged_and_the_rest_goes_on(api: ObjectsApi) -> None:
+    logs: list[str] = []
+    gone = BlockGroup("g6", "gpu-g6", END, 2400.0, 60.0)
+    controller = Controller(
+        KubeApi(api.url, "t"), HoldConfig({"g6": gone, "p5": GROUP}), clock=lambda: HOLD_AT, log=logs.append
+    )
+    assert [d.policy for d in controller.tick()] == ["Hold"]  # p5, beside g6's missing queue
+    assert "group g6: ClusterQueue gpu-g6 does not exist" in logs
+    before = controller.config
+
+    def broken() -> HoldConfig:
+        return HoldConfig.from_json({"groups": {"p5": {"queue": "gpu-p5", "end": "soon"}}})
+
+    controller.reload(broken)
+    assert controller.config is before
+    assert any(line.startswith("config not reloaded, the previous one stays: groups.p5.end") for line in logs), logs
