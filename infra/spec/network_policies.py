@@ -7,10 +7,11 @@ opens one thing, for one reason, and a pod any of them selects admits the union 
 (k8s/charts/network_policies.py) and CDK applies a namespace's own with the namespace (infra/addons/namespaces.py),
 so no apply step creates a namespace without them.
 
-The namespaces (infra/spec/namespaces.py, infra/spec/kueue.py): `ray`, `training`, `fabric-gate-system` (the cdk8s
-namespaces file; `ray` and `training` also by CDK), `kuberay-system` and `kueue-system` (CDK, before their Helm
-charts). Not ours: `kube-system` (the device plugins' and the add-ons'), `amazon-cloudwatch` (created by the
-amazon-cloudwatch-observability EKS add-on, whose agent runs on the host network, where NetworkPolicy does not apply).
+The namespaces (infra/spec/namespaces.py, infra/spec/kueue.py): `ray`, `training`, `fabric-gate-system`, and
+`capacity-hold-system` in an environment with a Capacity Block group (the cdk8s namespaces file; `ray` and
+`training` also by CDK), `kuberay-system` and `kueue-system` (CDK, before their Helm charts). Not ours: `kube-system`
+(the device plugins' and the add-ons'), `amazon-cloudwatch` (created by the amazon-cloudwatch-observability EKS
+add-on, whose agent runs on the host network, where NetworkPolicy does not apply).
 
 Facts, with their sources:
 - Enforcement: the VPC CNI's network policy agent, switched on by the add-on's enableNetworkPolicy (infra/cluster.py
@@ -243,7 +244,8 @@ class ControlPlaneCall:
 
 
 # The KubeRay chart 1.7.0 installs no webhook (helm-chart/kuberay-operator/templates has none): kuberay-system only
-# denies. The fabric gate's controller (fabric_controller/) serves nothing: fabric-gate-system only denies.
+# denies. The fabric gate's controller (fabric_controller/) and the Capacity Block hold controller (capacity_hold/)
+# serve nothing: fabric-gate-system and capacity-hold-system only deny.
 CONTROL_PLANE_CALLS: tuple[ControlPlaneCall, ...] = (
     ControlPlaneCall(
         namespace=KUEUE.name,

@@ -176,17 +176,17 @@ def test_nothing_outside_a_ray_workload_reaches_gcs_or_the_client_port(dist: Pat
 
 def test_the_namespaces_cdk_applies_carry_their_policies() -> None:
     from infra.spec.kueue import KUEUE
-    from infra.spec.namespaces import FABRIC_GATE_SYSTEM, KUBERAY, RAY, TRAINING
+    from infra.spec.namespaces import CAPACITY_HOLD_SYSTEM, FABRIC_GATE_SYSTEM, KUBERAY, RAY, TRAINING
     from infra.spec.network_policies import namespace_objects
 
-    for spec in (RAY, TRAINING, KUBERAY, KUEUE, FABRIC_GATE_SYSTEM):
+    for spec in (RAY, TRAINING, KUBERAY, KUEUE, FABRIC_GATE_SYSTEM, CAPACITY_HOLD_SYSTEM):
         objects = namespace_objects(spec, "dev", vpc_cidr="10.10.0.0/16")
         assert objects[0]["kind"] == "Namespace"
         assert [o["metadata"]["name"] for o in objects[1:] if _is_default_deny(o, spec.name)] == [DEFAULT_DENY]
         extra = [o for o in objects[1:] if not _is_default_deny(o, spec.name)]
         # Only Kueue serves the control plane: its webhooks (charts/kueue values.yaml webhook.port 9443) and the
         # visibility API's APIService (templates/visibility/service.yaml targetPort 8082), at v0.19.2. The KubeRay
-        # chart 1.7.0 has no webhook; the fabric gate's controller serves nothing.
+        # chart 1.7.0 has no webhook; the fabric gate's and the hold controller serve nothing.
         if spec is not KUEUE:
             assert extra == [], spec.name
             continue
