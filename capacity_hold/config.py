@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 POLL_S = 30.0
+# Its Deployment and ServiceAccount, and the ConfigMap this file's JSON is mounted from (k8s/charts/capacity_hold.py).
+CONTROLLER = "capacity-hold-controller"
+CONFIG_MAP = f"{CONTROLLER}-config"
 
 
 class ConfigError(ValueError):

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from capacity_hold.config import BlockGroup
+from capacity_hold.config import CONTROLLER, BlockGroup
 
 HOLD_ANNOTATION = "platform/capacity-hold"
 HOLD_REASON = "CapacityBlockHold"
 RELEASED_REASON = "CapacityBlockHoldReleased"
-COMPONENT = "capacity-hold-controller"
+COMPONENT = CONTROLLER
 HOLD = "Hold"
 NONE = "None"
 

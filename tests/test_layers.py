@@ -49,7 +49,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "fabric_controller": ("fabric_controller", "training.fabric_verdict", "training.kube_api", "training.rehearsal"),
     "capacity_hold": ("capacity_hold", "training.fabric_verdict", "training.kube_api", "training.rehearsal"),
     "rehearse": ("rehearse", "training", "k8s", "infra.spec", "fabric_controller"),
-    "trainctl": ("trainctl", "infra.spec", "k8s", "training", "capacity_hold.decide"),
+    "trainctl": ("trainctl", "infra.spec", "k8s", "training", "capacity_hold.config", "capacity_hold.decide"),
     "trainctl.commands": ("trainctl", "infra.spec", "k8s", "training", "rehearse"),
     "gates": ("gates", "infra.spec", "k8s", "app"),
     "scripts": ("scripts", "app", "infra", "k8s", "training", "fabric_controller", "trainctl", "rehearse", "gates"),

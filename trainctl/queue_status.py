@@ -12,8 +12,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from capacity_hold.decide import QueueState
+from capacity_hold.config import CONFIG_MAP, BlockGroup, HoldConfig
+from capacity_hold.config import ConfigError as HoldConfigError
+from capacity_hold.decide import QueueState, iso
 from infra.spec import ConfigError, get_environment
+from infra.spec.namespaces import CAPACITY_HOLD_SYSTEM
 from k8s.capacity_deadline import on_block
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, quota_nodes
 from trainctl import queue_quota
@@ -24,6 +27,7 @@ from trainctl.scale import nodegroup_name
 from training.fabric_verdict import TAKEN_ANNOTATION, release_command
 
 PLATFORM_SELECTOR = "app.kubernetes.io/managed-by=ml-platform"
+HOLD_CONFIG_PATH = f"/api/v1/namespaces/{CAPACITY_HOLD_SYSTEM.name}/configmaps/{CONFIG_MAP}"
 ENVIRONMENT_LABEL = "platform/environment"
 
 
@@ -44,6 +48,8 @@ class GroupQueue:
     held_from: str | None = None
     on_block: bool = False
     """The group is on a Capacity Block in this checkout's spec."""
+    block: BlockGroup | None = None
+    """The group's block as the hold controller is deployed with it (its ConfigMap); None: none deployed."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,7 +62,14 @@ class GroupQueue:
             "difference": self.difference,
             "taken_out": [{"node": n, "release": release_command(n)} for n in self.taken_out],
             "stop_policy": {"policy": self.stop_policy, "held_for_block_ending": self.held_for},
+            "capacity_block": None
+            if self.block is None
+            else {"ends": self.block.end, "admits_until": self.admits_until},
         }
+
+    @property
+    def admits_until(self) -> str | None:
+        return None if self.block is None else iso(self.block.hold_at())
 
 
 def taken_out(queue: dict[str, Any]) -> tuple[str, ...]:
@@ -89,6 +102,7 @@ def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
             raise
     queues = {q["metadata"]["name"]: q for q in listed.get("items") or [] if isinstance(q, dict)}
     names = {str((q["metadata"].get("labels") or {}).get(ENVIRONMENT_LABEL, "")) for q in queues.values()}
+    blocks = deployed_blocks(api, timeout=timeout)
     rows: list[GroupQueue] = []
     for name in sorted(names):
         try:
@@ -128,6 +142,7 @@ def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
                     held_for=record.end if record is not None else None,
                     held_from=record.hold_at if record is not None else None,
                     on_block=on_block(group),
+                    block=blocks.get(group.name),
                 )
             )
     return rows
@@ -145,6 +160,16 @@ def render(rows: list[GroupQueue]) -> list[str]:
         "GPU queues (Kueue quota in whole nodes, beside the nodes that can run its pods):",
         table(["GROUP", "CLUSTERQUEUE", "QUOTA", "USABLE", "REGISTERED", "MATCH"], cells),
     ]
+    blocks = [r for r in rows if r.block is not None]
+    if blocks:
+        cells = [
+            [r.group, r.queue, r.block.end, "held" if r.held_for else str(r.admits_until)] for r in blocks if r.block
+        ]
+        lines += [
+            "",
+            "Capacity Block queues (Kueue admits until a job could no longer reach its first checkpoint):",
+            table(["GROUP", "CLUSTERQUEUE", "BLOCK ENDS", "ADMITS UNTIL"], cells),
+        ]
     held = [r for r in rows if r.stop_policy != "None"]
     if held:
         lines += [
@@ -175,3 +200,25 @@ def _why_held(row: GroupQueue) -> str:
             f"namespace capacity-hold-system, then {lift}"
         )
     return f"set by someone else; to admit again: {lift}"
+
+
+def deployed_blocks(api: Any, *, timeout: float) -> dict[str, BlockGroup]:
+    """The block groups of the hold controller's deployed config; none where it is not deployed, or this identity may
+    not read it (the rest of the status does not depend on it)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    with api_errors(f"get configmap {CAPACITY_HOLD_SYSTEM.name}/{CONFIG_MAP}"):
+        try:
+            found = client.CoreV1Api(api).read_namespaced_config_map(
+                CONFIG_MAP, CAPACITY_HOLD_SYSTEM.name, _request_timeout=timeout
+            )
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return {}
+            raise
+    text = (found.data or {}).get("config.json")
+    try:
+        return dict(HoldConfig.from_json(json.loads(text)).groups) if text else {}
+    except (ValueError, HoldConfigError):
+        return {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from capacity_hold.config import BlockGroup, HoldConfig
+from capacity_hold.config import CONFIG_MAP, CONTROLLER, BlockGroup, HoldConfig
 from capacity_hold.decide import HOLD, HOLD_ANNOTATION, NONE
 from infra.spec import Environment
 from infra.spec.environments import CAPACITY_BLOCK_STOP_MARGIN
@@ -30,9 +30,8 @@ from k8s.nvrx_spec import NvrxFsdpJob
 from k8s.queueing import cluster_queue_name
 from k8s.ray_spec import gpu_group
 
-CONTROLLER = "capacity-hold-controller"
 NAMESPACE = CAPACITY_HOLD_SYSTEM.name
-CONFIG_CONFIGMAP = f"{CONTROLLER}-config"
+CONFIG_CONFIGMAP = CONFIG_MAP
 CODE_ROOT = "/opt/capacity-hold"
 POLICY = "capacity-hold-controller-stop-policy-only"
 EVENT_NAMESPACE = "default"

@@ -2,7 +2,8 @@
 `trainctl status` move and read a group's quota on.
 
 Served besides ClusterKube's nodes and pods: `GET /apis/kueue.x-k8s.io/v1beta2/clusterqueues` (with a label
-selector) and `GET` and `PATCH /apis/kueue.x-k8s.io/v1beta2/clusterqueues/NAME`.
+selector) and `GET` and `PATCH /apis/kueue.x-k8s.io/v1beta2/clusterqueues/NAME`; `GET` of the ConfigMaps in
+`config_maps`.
 A PATCH is a JSON merge patch (RFC 7386; the API server's only patch type for a custom resource besides JSON
 patch and apply: 415 for any other Content-Type); the patched object must still match the vendored Kueue CRD
 (gates/manifests.py, as the API server's schema validation would: 422 otherwise). Each patch is recorded with
@@ -70,6 +71,8 @@ class QueueKube(ClusterKube):
         self.queues = {q["metadata"]["name"]: copy.deepcopy(q) for q in queues}
         self.on_patch = on_patch
         self.patches: list[Patch] = []
+        # GET /api/v1/namespaces/NS/configmaps/NAME -> the object (the hold controller's config, for status).
+        self.config_maps: dict[str, dict[str, Any]] = {}
         self._loop.server.RequestHandlerClass = _QueueHandler
 
 
@@ -89,6 +92,8 @@ class _QueueHandler(_ClusterHandler):
         name = self._queue_name()
         if url.path.strip("/").split("/") == PREFIX:
             return self._list(parse_qs(url.query).get("labelSelector", [""])[0])
+        if name is None and url.path in self.kube.config_maps:
+            return self._json(200, copy.deepcopy(self.kube.config_maps[url.path]))
         if name is None:
             return super().do_GET()
         kube = self.kube

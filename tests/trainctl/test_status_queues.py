@@ -121,6 +121,7 @@ def test_status_shows_the_queues_and_warns_with_the_fix(
             "difference": document["gpu_queues"][0]["difference"],
             "taken_out": [],
             "stop_policy": {"policy": "None", "held_for_block_ending": None},
+            "capacity_block": None,
         }
     ]
     assert document["gpu_queues"][0]["difference"].startswith("gpu-g6 covers 2 node(s) but 0 are usable")
@@ -169,3 +170,26 @@ def test_a_held_queue_is_shown_with_who_held_it_and_why(queues: Any, tmp_path: P
     text = "\n".join(render([row]))
     assert "set by someone else" in text
     assert 'kubectl patch clusterqueue gpu-g6 --type merge -p \'{"spec":{"stopPolicy":"None"}}\'' in text
+
+
+def test_a_block_queue_says_until_when_it_admits_from_the_deployed_hold_config(queues: Any, tmp_path: Path) -> None:
+    """The hold controller's deployed config (its ConfigMap) gives each block group's end and the moment Kueue stops
+    admitting there; status shows it before the hold, for the queue that is not held yet."""
+    from capacity_hold.config import BlockGroup, HoldConfig
+    from trainctl.queue_status import HOLD_CONFIG_PATH, render
+
+    kube = queues(quota_nodes=2, nodes=2)
+    config = HoldConfig({"g6": BlockGroup("g6", "gpu-g6", "2026-12-10T11:30:00+00:00", 2400.0, 2400.0, "x")})
+    kube.config_maps[HOLD_CONFIG_PATH] = {"data": {"config.json": json.dumps(config.to_json())}}
+    (row,) = rows(kube, tmp_path)
+    assert row.to_json()["capacity_block"] == {
+        "ends": "2026-12-10T11:30:00+00:00",
+        "admits_until": "2026-12-10T10:10:00+00:00",
+    }
+    text = "\n".join(render([row]))
+    assert "Capacity Block queues" in text
+    assert "2026-12-10T10:10:00+00:00" in text
+    kube.config_maps.clear()
+    (row,) = rows(kube, tmp_path)
+    assert row.to_json()["capacity_block"] is None
+    assert "Capacity Block queues" not in "\n".join(render([row]))
