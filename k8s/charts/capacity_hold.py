@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from capacity_hold.config import CONFIG_MAP, CONTROLLER, BlockGroup, HoldConfig
+from capacity_hold.config import CONFIG_MAP, BlockGroup, HoldConfig
+from capacity_hold.config import CONTROLLER as CONTROLLER  # the chart names its objects after it
 from capacity_hold.decide import HOLD, HOLD_ANNOTATION, NONE
 from infra.spec import Environment
 from infra.spec.environments import CAPACITY_BLOCK_STOP_MARGIN
