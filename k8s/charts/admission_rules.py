@@ -21,6 +21,33 @@ def annotations_same_except(key: str) -> str:
     )
 
 
+# Kueue v0.19.2 ClusterQueueSpec (v1beta2: k8s/crds/kueue-v0.19.2/kueue.x-k8s.io_clusterqueues.yaml), every field.
+CLUSTER_QUEUE_SPEC_FIELDS = (
+    "admissionChecksStrategy",
+    "admissionScope",
+    "cohortName",
+    "concurrentAdmissionPolicy",
+    "fairSharing",
+    "flavorFungibility",
+    "namespaceSelector",
+    "preemption",
+    "queueingStrategy",
+    "resourceGroups",
+    "stopPolicy",
+)
+
+
+def cluster_queue_changes_only(who: str, spec_field: str, annotation: str) -> tuple[tuple[str, str], ...]:
+    """`who` may change one field of a ClusterQueue's spec and one annotation; nothing else of the spec or metadata."""
+    return (
+        *((same(f"spec.{f}"), f"{who} may not change spec.{f}") for f in CLUSTER_QUEUE_SPEC_FIELDS if f != spec_field),
+        (annotations_same_except(annotation), f"{who} may change no annotation but {annotation}"),
+        (same("metadata.labels"), f"{who} may not change a ClusterQueue's labels"),
+        (same("metadata.ownerReferences"), f"{who} may not change a ClusterQueue's ownerReferences"),
+        (same("metadata.finalizers"), f"{who} may not change a ClusterQueue's finalizers"),
+    )
+
+
 def cluster_queue_update_policy(name: str, username: str, rules: tuple[tuple[str, str], ...]) -> dict[str, object]:
     """A policy on one identity's ClusterQueue UPDATEs (a PATCH is admitted as an UPDATE), at v1beta2: the default
     matchPolicy Equivalent converts a request made at another version to it."""

@@ -23,8 +23,8 @@ from infra.spec import Environment
 from infra.spec.environments import CAPACITY_BLOCK_STOP_MARGIN
 from infra.spec.namespaces import CAPACITY_HOLD_SYSTEM
 from k8s.capacity_deadline import first_checkpoint_lead, on_block
-from k8s.charts.admission_rules import annotations_same_except, cluster_queue_update_policy, same
-from k8s.charts.objects import ADMISSION, RBAC, api_object
+from k8s.charts.admission_rules import cluster_queue_changes_only, cluster_queue_update_policy
+from k8s.charts.objects import account, api_object, bound_role, deny_policy
 from k8s.charts.small_controller import CONTROLLER_IMAGE, small_controller
 from k8s.images import ImageLock
 from k8s.nvrx_spec import NvrxFsdpJob
@@ -47,19 +47,6 @@ SOURCES = (
     "training/fabric_verdict.py",
     "training/kube_api.py",
     "training/rehearsal.py",
-)
-# Kueue v0.19.2 ClusterQueueSpec (v1beta2) fields other than stopPolicy.
-OTHER_SPEC_FIELDS = (
-    "admissionChecksStrategy",
-    "admissionScope",
-    "cohortName",
-    "concurrentAdmissionPolicy",
-    "fairSharing",
-    "flavorFungibility",
-    "namespaceSelector",
-    "preemption",
-    "queueingStrategy",
-    "resourceGroups",
 )
 TOKEN_ACK = (
     "CKV_K8S_38=the Capacity Block hold controller acts through the API server with its own ServiceAccount "
@@ -109,16 +96,8 @@ def validations() -> tuple[tuple[str, str], ...]:
             f"!has(object.spec.stopPolicy) || object.spec.stopPolicy in ['{NONE}', '{HOLD}']",
             f"{who} may set stopPolicy to {NONE} or {HOLD} only (HoldAndDrain would evict the jobs mid-save)",
         ),
-        *((same(f"spec.{f}"), f"{who} may not change spec.{f}") for f in OTHER_SPEC_FIELDS),
-        (annotations_same_except(HOLD_ANNOTATION), f"{who} may change no annotation but {HOLD_ANNOTATION}"),
-        (same("metadata.labels"), f"{who} may not change a ClusterQueue's labels"),
-        (same("metadata.ownerReferences"), f"{who} may not change a ClusterQueue's ownerReferences"),
-        (same("metadata.finalizers"), f"{who} may not change a ClusterQueue's finalizers"),
+        *cluster_queue_changes_only(who, "stopPolicy", HOLD_ANNOTATION),
     )
-
-
-def _role_ref(kind: str, name: str) -> dict[str, str]:
-    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
 
 
 class CapacityHold(Construct):
@@ -133,34 +112,20 @@ class CapacityHold(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         config = hold_config(environment, nvrx_job)
-        me = [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
+        me = [account(NAMESPACE, CONTROLLER)]
         api_object(self, "sa", "v1", "ServiceAccount", CONTROLLER, NAMESPACE)
         queues = sorted(g.queue for g in config.groups.values())
         rules = [
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"]}
             | {"resourceNames": queues}
         ]
-        api_object(self, "cluster-role", RBAC, "ClusterRole", CONTROLLER, rules=rules)
-        ref = _role_ref("ClusterRole", CONTROLLER)
-        api_object(self, "cluster-binding", RBAC, "ClusterRoleBinding", CONTROLLER, roleRef=ref, subjects=me)
-        ack = {"checkov.io/skip1": EVENTS_ACK}
+        bound_role(self, "cluster-role", CONTROLLER, None, rules, me)
         events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-        api_object(self, "events", RBAC, "Role", CONTROLLER, EVENT_NAMESPACE, annotations=ack, rules=events)
-        api_object(
-            self,
-            "events-binding",
-            RBAC,
-            "RoleBinding",
-            CONTROLLER,
-            EVENT_NAMESPACE,
-            annotations=ack,
-            roleRef=_role_ref("Role", CONTROLLER),
-            subjects=me,
+        ack = {"checkov.io/skip1": EVENTS_ACK}
+        bound_role(self, "events", CONTROLLER, EVENT_NAMESPACE, events, me, ack)
+        deny_policy(
+            self, "policy", POLICY, cluster_queue_update_policy(CONTROLLER, controller_username(), validations())
         )
-        policy = cluster_queue_update_policy(CONTROLLER, controller_username(), validations())
-        api_object(self, "policy", ADMISSION, "ValidatingAdmissionPolicy", POLICY, spec=policy)
-        binding = {"policyName": POLICY, "validationActions": ["Deny"]}
-        api_object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)
         small_controller(
             self,
             name=CONTROLLER,

@@ -33,8 +33,8 @@ from fabric_controller.config import ControllerConfig, GroupConfig
 from infra.spec import Environment
 from infra.spec.namespaces import RAY, TRAINING
 from infra.spec.scheduling import GPU_GROUP_LABEL, GPU_ROLE, ROLE_LABEL
-from k8s.charts.admission_rules import annotations_same_except, cluster_queue_update_policy, same
-from k8s.charts.objects import ADMISSION, RBAC, api_object
+from k8s.charts.admission_rules import cluster_queue_changes_only, cluster_queue_update_policy, same
+from k8s.charts.objects import account, api_object, bound_role, deny_policy
 from k8s.charts.small_controller import CONTROLLER_IMAGE, small_controller
 from k8s.images import ImageLock
 from k8s.queueing import cluster_queue_name, gpu_flavor_name, gpu_quota
@@ -48,19 +48,6 @@ CONFIG_CONFIGMAP = f"{CONTROLLER}-config"
 CODE_ROOT = "/opt/fabric-gate"
 POLICY = "fabric-gate-controller-taint-only"
 QUEUE_POLICY = "fabric-gate-controller-quota-only"
-# Kueue v0.19.2 ClusterQueueSpec (v1beta2, k8s/crds/kueue-v0.19.2) fields other than the quota's resourceGroups.
-OTHER_QUEUE_FIELDS = (
-    "admissionChecksStrategy",
-    "admissionScope",
-    "cohortName",
-    "concurrentAdmissionPolicy",
-    "fairSharing",
-    "flavorFungibility",
-    "namespaceSelector",
-    "preemption",
-    "queueingStrategy",
-    "stopPolicy",
-)
 # What the controller's pod runs: its package and the two training modules it shares with the gate (and theirs).
 CONTROLLER_SOURCES = (
     "fabric_controller/__init__.py",
@@ -117,26 +104,11 @@ def validations(groups: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def queue_validations() -> tuple[tuple[str, str], ...]:
-    who = "the fabric gate controller"
-    return (
-        *((same(f"spec.{f}"), f"{who} may not change spec.{f}") for f in OTHER_QUEUE_FIELDS),
-        (annotations_same_except(TAKEN_ANNOTATION), f"{who} may change no annotation but {TAKEN_ANNOTATION}"),
-        (same("metadata.labels"), f"{who} may not change a ClusterQueue's labels"),
-        (same("metadata.ownerReferences"), f"{who} may not change a ClusterQueue's ownerReferences"),
-        (same("metadata.finalizers"), f"{who} may not change a ClusterQueue's finalizers"),
-    )
+    return cluster_queue_changes_only("the fabric gate controller", "resourceGroups", TAKEN_ANNOTATION)
 
 
 def controller_username() -> str:
     return f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER}"
-
-
-def _role_ref(kind: str, name: str) -> dict[str, str]:
-    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
-
-
-def _account(namespace: str, name: str) -> dict[str, str]:
-    return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
 
 
 CONTROLLER_TOKEN_ACK = (
@@ -197,20 +169,11 @@ class FabricGate(Construct):
         verdicts = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]}]
         for namespace in namespaces:
             api_object(self, f"sa-{namespace}", "v1", "ServiceAccount", SERVICE_ACCOUNT, namespace)
-            api_object(self, f"verdicts-{namespace}", RBAC, "Role", VERDICTS_ROLE, namespace, rules=verdicts)
-            api_object(
-                self,
-                f"verdicts-binding-{namespace}",
-                RBAC,
-                "RoleBinding",
-                VERDICTS_ROLE,
-                namespace,
-                roleRef=_role_ref("Role", VERDICTS_ROLE),
-                subjects=[_account(namespace, SERVICE_ACCOUNT)],
-            )
+            subjects = [account(namespace, SERVICE_ACCOUNT)]
+            bound_role(self, f"verdicts-{namespace}", VERDICTS_ROLE, namespace, verdicts, subjects)
 
     def _controller_identity(self, config: ControllerConfig) -> None:
-        me = [_account(CONTROLLER_NAMESPACE, CONTROLLER)]
+        me = [account(CONTROLLER_NAMESPACE, CONTROLLER)]
         api_object(self, "controller-sa", "v1", "ServiceAccount", CONTROLLER, CONTROLLER_NAMESPACE)
         queues = sorted(g.queue for g in config.groups.values())
         cluster_rules = [
@@ -218,16 +181,7 @@ class FabricGate(Construct):
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"]}
             | {"resourceNames": queues},
         ]
-        api_object(self, "controller-cluster-role", RBAC, "ClusterRole", CONTROLLER, rules=cluster_rules)
-        api_object(
-            self,
-            "controller-cluster-binding",
-            RBAC,
-            "ClusterRoleBinding",
-            CONTROLLER,
-            roleRef=_role_ref("ClusterRole", CONTROLLER),
-            subjects=me,
-        )
+        bound_role(self, "controller-cluster-role", CONTROLLER, None, cluster_rules, me)
         for namespace in config.namespaces:
             reads = [
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
@@ -235,33 +189,12 @@ class FabricGate(Construct):
                 {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]},
                 {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
             ]
-            api_object(self, f"controller-role-{namespace}", RBAC, "Role", CONTROLLER, namespace, rules=reads)
-            api_object(
-                self,
-                f"controller-binding-{namespace}",
-                RBAC,
-                "RoleBinding",
-                CONTROLLER,
-                namespace,
-                roleRef=_role_ref("Role", CONTROLLER),
-                subjects=me,
-            )
+            bound_role(self, f"controller-role-{namespace}", CONTROLLER, namespace, reads, me)
         # The API server takes a cluster-scoped object's Events only in "default" (Kubernetes 1.36
         # pkg/apis/core/validation/events.go legacyValidateEvent): `create` on events there and nothing else.
-        ack = {"checkov.io/skip1": NODE_EVENTS_ACK}
         events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-        api_object(self, "node-events", RBAC, "Role", CONTROLLER, NODE_EVENT_NAMESPACE, annotations=ack, rules=events)
-        api_object(
-            self,
-            "node-events-binding",
-            RBAC,
-            "RoleBinding",
-            CONTROLLER,
-            NODE_EVENT_NAMESPACE,
-            annotations=ack,
-            roleRef=_role_ref("Role", CONTROLLER),
-            subjects=me,
-        )
+        ack = {"checkov.io/skip1": NODE_EVENTS_ACK}
+        bound_role(self, "node-events", CONTROLLER, NODE_EVENT_NAMESPACE, events, me, ack)
         policy = {
             "failurePolicy": "Fail",
             "matchConstraints": {
@@ -274,13 +207,9 @@ class FabricGate(Construct):
             ],
             "validations": [{"expression": e, "message": m} for e, m in validations(tuple(sorted(config.groups)))],
         }
-        api_object(self, "policy", ADMISSION, "ValidatingAdmissionPolicy", POLICY, spec=policy)
-        binding = {"policyName": POLICY, "validationActions": ["Deny"]}
-        api_object(self, "policy-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", POLICY, spec=binding)
+        deny_policy(self, "policy", POLICY, policy)
         queue_policy = cluster_queue_update_policy(CONTROLLER, controller_username(), queue_validations())
-        api_object(self, "queue-policy", ADMISSION, "ValidatingAdmissionPolicy", QUEUE_POLICY, spec=queue_policy)
-        binding = {"policyName": QUEUE_POLICY, "validationActions": ["Deny"]}
-        api_object(self, "queue-binding", ADMISSION, "ValidatingAdmissionPolicyBinding", QUEUE_POLICY, spec=binding)
+        deny_policy(self, "queue-policy", QUEUE_POLICY, queue_policy)
 
     def _controller(self, config: ControllerConfig, lock: ImageLock) -> None:
         small_controller(
