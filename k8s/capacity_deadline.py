@@ -10,6 +10,7 @@ from typing import Any
 from infra.spec import GpuNodeGroupConfig
 from infra.spec.environments import CAPACITY_BLOCK_STOP_MARGIN, CapacityKind
 from infra.spec.kueue import PODS_READY_TIMEOUT_MINUTES
+from k8s.nvrx_spec import NvrxFsdpJob
 from k8s.ray_spec import WorkloadError
 from training.deadline import DEADLINE_ENV, EXIT_CODES, MARGIN_ENV, STEP_SECONDS_ENV
 
@@ -29,16 +30,20 @@ def deadline_env(group: GpuNodeGroupConfig, *, job_name: str, step_seconds: floa
             "to the block's EndDate (aws ec2 describe-capacity-reservations) in infra/spec/environments.py"
         )
     if step_seconds is None:
-        raise WorkloadError(
-            f"nvrx.step_seconds is not set for job {job_name!r} on Capacity Block group {group.name!r}: the job "
-            "stops one step before the block's stop point and needs the measured step time (trainctl goodput "
-            "prints it); set NvrxFsdpJob(step_seconds=...)"
-        )
+        raise _no_step_time(group, job_name)
     return [
         {"name": DEADLINE_ENV, "value": group.capacity.end},
         {"name": MARGIN_ENV, "value": str(int(CAPACITY_BLOCK_STOP_MARGIN.total_seconds()))},
         {"name": STEP_SECONDS_ENV, "value": f"{step_seconds:g}"},
     ]
+
+
+def _no_step_time(group: GpuNodeGroupConfig, job_name: str) -> WorkloadError:
+    return WorkloadError(
+        f"nvrx.step_seconds is not set for job {job_name!r} on Capacity Block group {group.name!r}: the job "
+        "stops one step before the block's stop point and needs the measured step time (trainctl goodput "
+        "prints it); set NvrxFsdpJob(step_seconds=...)"
+    )
 
 
 def deadline_rules(group: GpuNodeGroupConfig, container: str) -> list[dict[str, Any]]:
@@ -56,27 +61,20 @@ def deadline_rules(group: GpuNodeGroupConfig, container: str) -> list[dict[str, 
 DEFAULT_STARTUP_S = PODS_READY_TIMEOUT_MINUTES * 60.0
 
 
-def first_checkpoint_lead(
-    group: GpuNodeGroupConfig,
-    *,
-    job_name: str | None,
-    startup_s: float | None,
-    every_steps: int,
-    steps: int,
-    step_seconds: float | None,
-) -> tuple[float, str]:
-    """How long before the block's stop point Kueue must stop admitting onto `group`, and what it is made of: the
-    NVRx job `job_name`'s startup plus its steps to the first checkpoint (`every_steps`, or all `steps` if fewer);
-    with no NVRx job on the group (None), the startup alone."""
-    startup = DEFAULT_STARTUP_S if startup_s is None else startup_s
-    source = "measured" if startup_s is not None else "Kueue's waitForPodsReady timeout, no measured startup_seconds"
-    if job_name is None:
+def first_checkpoint_lead(group: GpuNodeGroupConfig, job: NvrxFsdpJob | None) -> tuple[float, str]:
+    """How long before the block's stop point Kueue must stop admitting onto `group`, and what it is made of: the NVRx
+    job that runs there, its startup plus its steps to the first checkpoint (`every_steps`, or all its steps if fewer);
+    with none (None), the default startup alone."""
+    measured = None if job is None else job.startup_seconds
+    startup = DEFAULT_STARTUP_S if measured is None else measured
+    source = "measured" if measured is not None else "Kueue's waitForPodsReady timeout, no measured startup_seconds"
+    if job is None:
         return startup, f"startup {startup:g} s ({source}); no checkpointing job runs on group {group.name}"
-    if step_seconds is None:
-        deadline_env(group, job_name=job_name, step_seconds=None)  # raises: the step time is needed on a block
-    assert step_seconds is not None
-    first = min(every_steps, steps)
-    lead = startup + first * step_seconds
+    if job.step_seconds is None:
+        raise _no_step_time(group, job.name)
+    first = min(job.checkpoint.every_steps, job.steps)
+    lead = startup + first * job.step_seconds
     return lead, (
-        f"startup {startup:g} s ({source}) + {first} steps x {step_seconds:g} s to job {job_name}'s first checkpoint"
+        f"startup {startup:g} s ({source}) + {first} steps x {job.step_seconds:g} s to job {job.name}'s first "
+        "checkpoint"
     )

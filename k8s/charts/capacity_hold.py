@@ -71,14 +71,7 @@ def hold_config(environment: Environment, nvrx_job: NvrxFsdpJob) -> HoldConfig:
             continue
         assert group.capacity.end is not None  # required of a block group (infra/spec Capacity)
         runs_here = group.name == job_group
-        lead_s, lead = first_checkpoint_lead(
-            group,
-            job_name=nvrx_job.name if runs_here else None,
-            startup_s=nvrx_job.startup_seconds if runs_here else None,
-            every_steps=nvrx_job.checkpoint.every_steps,
-            steps=nvrx_job.steps,
-            step_seconds=nvrx_job.step_seconds,
-        )
+        lead_s, lead = first_checkpoint_lead(group, nvrx_job if runs_here else None)
         margin = CAPACITY_BLOCK_STOP_MARGIN.total_seconds()
         queue = cluster_queue_name(group.name)
         groups[group.name] = BlockGroup(group.name, queue, group.capacity.end, margin, lead_s, lead)
