@@ -7,7 +7,6 @@ only; the patches the rehearsal's API server emulates go through it (tests/rehea
 
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import functools
@@ -33,6 +32,7 @@ from k8s.charts.small_controller import ROOT
 from k8s.nvrx_spec import CheckpointPolicy, NvrxFsdpJob
 from k8s.queueing import cluster_queue
 from tests.k8s import cel
+from tests.k8s.test_fabric_gate_rbac import unshipped_imports
 from tests.k8s.test_nvrx_chart import LOCK
 from training.fabric_verdict import TAKEN_ANNOTATION
 
@@ -95,15 +95,7 @@ def test_its_power_is_the_block_queues_and_events_in_default_only() -> None:
 
 
 def test_every_module_the_controller_imports_ships_with_it() -> None:
-    shipped = {p.removesuffix(".py").replace("/", ".").removesuffix(".__init__") for p in SOURCES}
-    for path in SOURCES:
-        for node in ast.walk(ast.parse((ROOT / path).read_text())):
-            if (
-                isinstance(node, ast.ImportFrom)
-                and node.module
-                and node.module.split(".")[0] in ("training", "capacity_hold")
-            ):
-                assert node.module in shipped, (path, node.module)
+    assert unshipped_imports(SOURCES, ("training", "capacity_hold")) == []
     docs = objects(on_block(ENVIRONMENTS["dev"], "g6"), NvrxFsdpJob(step_seconds=1.0))
     (code,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-code")]
     assert {k.replace("--", "/") for k in code["data"]} == set(SOURCES)
