@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import cdk8s
@@ -28,11 +27,7 @@ from k8s.charts.namespaces import NamespacesChart
 from k8s.charts.nvrx_job import NvrxJobChart
 from k8s.nvrx_spec import NvrxFsdpJob
 from rehearse.cluster.apiserver import ClusterApi
-from rehearse.cluster.session import annotate, cluster_options
 from rehearse.fake import FakeRuntime, Script
-from rehearse.loop import drive, prepare
-from rehearse.network import LoopbackNetwork
-from rehearse.options import Options
 from rehearse.pods import Pod
 from tests.k8s.test_nvrx_chart import LOCK
 from tests.rehearse.cluster.test_cluster_loop import rehearse
@@ -114,6 +109,9 @@ class HoldingRuntime(FakeRuntime):
         self.written: list[tuple[float, str | None]] = []
         self.polled = -float("inf")
 
+    def serve(self, api: ClusterApi) -> None:
+        self.api = api
+
     def poll(self) -> list[Pod]:
         pods = [p for p in self.pods.values() if p.name.startswith(f"{HOLD_CONTROLLER}-") and p.running]
         if self.api is not None and pods:
@@ -139,25 +137,9 @@ def test_the_hold_admits_nothing_onto_a_block_a_job_could_not_checkpoint_on_unti
     manifests = [*objects, *job_manifests("stopped"), *job_manifests("next")]
     stops = {f"stopped-{i}-": [Script(code=EXIT_STOPPED, after_s=STOP_S)] for i in (0, 1)}
     runtime = HoldingRuntime(objects, scripts={**stops, "next-": [Script(after_s=600)]})
-    options = Options(clock=runtime.clock, timeout_s=4 * 3600, backoff_base_s=0.0, tick_s=5.0)
-    options, session = cluster_options(options, manifests, environment="dev", gpu_nodes={"g6": 2}, clock=runtime.clock)
-    assert session.api is not None
-    session.api.start(LoopbackNetwork())
-    runtime.api = session.api
-    try:
-        prepared = prepare(manifests, options)
-        result = drive(
-            prepared.controllers,
-            runtime,
-            options,
-            output_dir=Path("/nonexistent"),
-            network="fake",
-            notes=[],
-            pod_admission=prepared.pod_admission,
-        )
-        result, report = annotate(result, session), session.api.report()
-    finally:
-        session.api.close()
+    result = rehearse(manifests, runtime, gpu_nodes={"g6": 2}, serve=runtime.serve)
+    assert runtime.api is not None
+    report = runtime.api.report()
     stopped, after = result.workload("stopped"), result.workload("next")
     assert stopped.state == "Failed", stopped.message
     assert "exit code 78 matching FailJob rule" in stopped.message

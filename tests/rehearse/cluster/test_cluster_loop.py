@@ -3,14 +3,17 @@ controllers, scheduler and Kueue emulator on a fake clock of cluster time, no pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rehearse import Rehearsal, load_manifests
+from rehearse.cluster.apiserver import ClusterApi
 from rehearse.cluster.placement import NodeKill
 from rehearse.cluster.session import annotate, cluster_options
 from rehearse.fake import FakeRuntime, Script
 from rehearse.loop import drive, prepare
+from rehearse.network import LoopbackNetwork
 from rehearse.options import Options
 from rehearse.pods import Pod
 from tests.rehearse.test_kuberay_controllers import failing_first
@@ -65,22 +68,33 @@ def rehearse(
     runtime: FakeRuntime | None = None,
     *,
     timeout_s: float = 4 * 3600,
+    serve: Callable[[ClusterApi], None] | None = None,
     **cluster: Any,
 ) -> Rehearsal:
+    """The run loop over the fake runtime on dev's cluster. `serve`: the run's API server is started on 127.0.0.1
+    and handed to it before the run (for clients the test drives), and closed after."""
     runtime = runtime or FakeRuntime()
     options = Options(clock=runtime.clock, timeout_s=timeout_s, backoff_base_s=0.0, tick_s=5.0)
     options, session = cluster_options(options, manifests, environment="dev", clock=runtime.clock, **cluster)
-    prepared = prepare(manifests, options)
-    result = drive(
-        prepared.controllers,
-        runtime,
-        options,
-        output_dir=Path("/nonexistent"),
-        network="fake",
-        notes=prepared.notes,
-        pod_admission=prepared.pod_admission,
-    )
-    return annotate(result, session)
+    api = session.api if serve is not None else None
+    if serve is not None and api is not None:
+        api.start(LoopbackNetwork())
+        serve(api)
+    try:
+        prepared = prepare(manifests, options)
+        result = drive(
+            prepared.controllers,
+            runtime,
+            options,
+            output_dir=Path("/nonexistent"),
+            network="fake",
+            notes=prepared.notes,
+            pod_admission=prepared.pod_admission,
+        )
+        return annotate(result, session)
+    finally:
+        if api is not None:
+            api.close()
 
 
 def test_a_gpu_job_runs_on_the_nodes_asked_for_and_each_pod_records_its_node() -> None:
