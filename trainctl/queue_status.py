@@ -14,7 +14,7 @@ from typing import Any
 
 from capacity_hold.config import CONFIG_MAP, BlockGroup, HoldConfig
 from capacity_hold.config import ConfigError as HoldConfigError
-from capacity_hold.decide import QueueState, iso
+from capacity_hold.decide import HoldRecord, QueueState, iso
 from infra.spec import ConfigError, get_environment
 from infra.spec.namespaces import CAPACITY_HOLD_SYSTEM
 from k8s.capacity_deadline import on_block
@@ -43,9 +43,8 @@ class GroupQueue:
     taken_out: tuple[str, ...] = field(default=())
     """Nodes the fabric gate's controller took out of this queue's quota (its annotation, fabric_controller/)."""
     stop_policy: str = "None"
-    held_for: str | None = None
-    """The Capacity Block whose end the hold controller (capacity_hold/) holds this queue for; None: it did not."""
-    held_from: str | None = None
+    hold: HoldRecord | None = None
+    """The hold controller's record (capacity_hold/): the block it holds this queue for; None: it did not hold it."""
     on_block: bool = False
     """The group is on a Capacity Block in this checkout's spec."""
     block: BlockGroup | None = None
@@ -61,7 +60,10 @@ class GroupQueue:
             "registered_nodes": self.registered_nodes,
             "difference": self.difference,
             "taken_out": [{"node": n, "release": release_command(n)} for n in self.taken_out],
-            "stop_policy": {"policy": self.stop_policy, "held_for_block_ending": self.held_for},
+            "stop_policy": {
+                "policy": self.stop_policy,
+                "held_for_block_ending": None if self.hold is None else self.hold.end,
+            },
             "capacity_block": None
             if self.block is None
             else {"ends": self.block.end, "admits_until": self.admits_until},
@@ -127,7 +129,6 @@ def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
             difference = queue_quota.difference(env, group, quota, usable, registered)
             taken = taken_out(queue) if queue is not None else ()
             state = QueueState.of(queue) if queue is not None else None
-            record = state.record if state is not None else None
             rows.append(
                 GroupQueue(
                     env.name,
@@ -139,8 +140,7 @@ def list_group_queues(api: Any, *, timeout: float) -> list[GroupQueue] | None:
                     difference,
                     taken,
                     stop_policy=state.stop_policy if state is not None else "None",
-                    held_for=record.end if record is not None else None,
-                    held_from=record.hold_at if record is not None else None,
+                    hold=state.record if state is not None else None,
                     on_block=on_block(group),
                     block=blocks.get(group.name),
                 )
@@ -160,15 +160,12 @@ def render(rows: list[GroupQueue]) -> list[str]:
         "GPU queues (Kueue quota in whole nodes, beside the nodes that can run its pods):",
         table(["GROUP", "CLUSTERQUEUE", "QUOTA", "USABLE", "REGISTERED", "MATCH"], cells),
     ]
-    blocks = [r for r in rows if r.block is not None]
+    blocks = [[r.group, r.queue, r.block.end, "held" if r.hold else str(r.admits_until)] for r in rows if r.block]
     if blocks:
-        cells = [
-            [r.group, r.queue, r.block.end, "held" if r.held_for else str(r.admits_until)] for r in blocks if r.block
-        ]
         lines += [
             "",
             "Capacity Block queues (Kueue admits until a job could no longer reach its first checkpoint):",
-            table(["GROUP", "CLUSTERQUEUE", "BLOCK ENDS", "ADMITS UNTIL"], cells),
+            table(["GROUP", "CLUSTERQUEUE", "BLOCK ENDS", "ADMITS UNTIL"], blocks),
         ]
     held = [r for r in rows if r.stop_policy != "None"]
     if held:
@@ -192,11 +189,11 @@ def render(rows: list[GroupQueue]) -> list[str]:
 
 def _why_held(row: GroupQueue) -> str:
     lift = f'kubectl patch clusterqueue {row.queue} --type merge -p \'{{"spec":{{"stopPolicy":"None"}}}}\''
-    if row.held_for is not None and row.on_block:
-        return f"the Capacity Block ends {row.held_for} (held from {row.held_from}): deploy the next block's end"
-    if row.held_for is not None:
+    if row.hold is not None and row.on_block:
+        return f"the Capacity Block ends {row.hold.end} (held from {row.hold.hold_at}): deploy the next block's end"
+    if row.hold is not None:
         return (
-            f"held for the Capacity Block that ended {row.held_for}, but the group is no longer on a block: delete "
+            f"held for the Capacity Block that ended {row.hold.end}, but the group is no longer on a block: delete "
             f"namespace capacity-hold-system, then {lift}"
         )
     return f"set by someone else; to admit again: {lift}"

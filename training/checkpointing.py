@@ -116,8 +116,8 @@ def _step_dirs(root: Path) -> list[tuple[int, Path]]:
     return sorted((step, path) for step, path in found if step is not None)
 
 
-def _published(path: Path) -> bool:
-    commit = read_marker(path)
+def _published(path: Path, commit: Commit | None) -> bool:
+    """Whether the step at `path`, whose marker reads `commit`, may be loaded."""
     if commit is None:
         return False
     # A save committed before saves were verified has no hashes; its metadata and the files it names are checked, so
@@ -130,7 +130,7 @@ def _partition(root: Path) -> tuple[list[int], list[int]]:
     published: list[int] = []
     others: list[int] = []
     for step, path in _step_dirs(root):
-        (published if _published(path) else others).append(step)
+        (published if _published(path, read_marker(path)) else others).append(step)
     return published, others
 
 
@@ -234,21 +234,20 @@ class Survey:
 
 
 def take_survey(root: Path) -> Survey:
-    committed = committed_steps(root)
+    markers = [(step, path, read_marker(path)) for step, path in _step_dirs(root)]
     newer: list[tuple[int, str]] = []
-    latest = None
-    for step in reversed(committed):
-        path = step_dir(root, step)
-        commit = read_marker(path)
-        # A save committed before verification had its metadata and files checked by committed_steps.
-        whole = ckpt_verify.check_sizes(path, commit.world_size) if commit is not None and commit.verified else None
+    latest, chosen = None, None
+    for step, path, commit in reversed(markers):
+        if commit is None or not _published(path, commit):
+            continue
+        # A save committed before verification had its metadata and files checked by _published.
+        whole = ckpt_verify.check_sizes(path, commit.world_size) if commit.verified else None
         if whole is None or whole.ok:
-            latest = step
+            latest, chosen = step, commit
             break
         newer.append((step, f"step {step}: verified when saved, but {whole.reason} now: {whole.detail}"))
     no_marker: list[int] = []
-    for step, path in _step_dirs(root):
-        commit = read_marker(path)
+    for step, path, commit in markers:
         if commit is None:
             no_marker.append(step)
         if latest is not None and step <= latest:
@@ -270,7 +269,6 @@ def take_survey(root: Path) -> Survey:
         aside = parse_step(name.split(".", 1)[0])
         if aside is not None and (latest is None or aside > latest):
             newer.append((aside, f"step {aside}: quarantined as {ckpt_verify.QUARANTINE}/{name}"))
-    chosen = read_marker(step_dir(root, latest)) if latest is not None else None
     if chosen is None:
         because = "no verified checkpoint: starting from step 0"
     elif chosen.verified:
