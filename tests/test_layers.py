@@ -339,3 +339,17 @@ def test_the_parser_lists_every_command_of_trainctl_commands_and_nothing_else() 
     assert all(within(module, "trainctl.commands") for module in listed), listed
     assert all(add_parser.__name__ == "add_parser" for add_parser in cli.SUBCOMMANDS)
     assert sorted(listed) == sorted(set(listed)) == sorted(command_modules()), "each command listed once"
+
+
+def test_every_package_is_installed_and_type_checked() -> None:
+    """The editable install maps only the packages pyproject.toml names: a package missing there imports from the
+    checkout's root (where pytest runs) but not in the installed `trainctl`."""
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    installed = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    checked = set(pyproject["tool"]["mypy"]["files"])
+    for source in SOURCES:
+        if (ROOT / source / "__init__.py").is_file():
+            assert f"{source}*" in installed, f"pyproject.toml [tool.setuptools.packages.find] include lacks {source}*"
+            assert source in checked, f"pyproject.toml [tool.mypy] files lacks {source}"
